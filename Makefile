@@ -1,0 +1,49 @@
+# The two commands: `make run` and `make test`. Both install what they need.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+UFS        ?=
+
+.PHONY: all deps build build-asan test test-unit test-asan run bench format format-check clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build:
+	@scripts/install-deps.sh --build-only
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+# clang so that the libFuzzer targets build alongside the sanitizers.
+build-asan:
+	@scripts/install-deps.sh --build-only
+	CC=clang cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCISTERN_SANITIZE=ON -DCISTERN_FUZZ=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# Everything: formatting, the release build's unit and integration tests,
+# then the sanitizer build's unit tests and the fuzzers for a bounded time.
+test: deps format-check build build-asan
+	cd $(BUILD) && ctest --output-on-failure --timeout 900
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -L 'unit|fuzz'
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -L unit
+
+run: deps build
+	@scripts/run-local.sh $(UFS)
+
+bench: deps build
+	@bench/run-all.sh
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "format-check: ok"
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

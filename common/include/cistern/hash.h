@@ -1,0 +1,39 @@
+/* Hashing (xxHash) and block identifiers.
+ *
+ * A block id is a 128-bit hash of (mount id, object key, object version,
+ * block index). The version in the id means an overwritten object gets new
+ * block ids, so a cache can never serve old bytes for a new version. */
+#ifndef CISTERN_HASH_H
+#define CISTERN_HASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t cis_hash64(const void *data, size_t len, uint64_t seed);
+
+typedef struct cis_block_id {
+	uint64_t hi;
+	uint64_t lo;
+} cis_block_id;
+
+#define CIS_BLOCK_ID_HEX 33 /* 32 hex digits and the NUL */
+
+cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
+			       uint64_t index);
+/* 32 lowercase hex digits. out must hold CIS_BLOCK_ID_HEX bytes. */
+void cis_block_id_fmt(cis_block_id id, char *out);
+/* 0, or -EINVAL unless s is exactly 32 hex digits. */
+int cis_block_id_parse(const char *s, cis_block_id *out);
+bool cis_block_id_eq(cis_block_id a, cis_block_id b);
+
+/* Streaming xxh3-64 checksum for block contents. */
+typedef struct cis_checksum cis_checksum;
+/* NULL on -ENOMEM. */
+cis_checksum *cis_checksum_new(void);
+void cis_checksum_update(cis_checksum *c, const void *data, size_t len);
+uint64_t cis_checksum_digest(const cis_checksum *c);
+void cis_checksum_reset(cis_checksum *c);
+void cis_checksum_free(cis_checksum *c);
+
+#endif

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of Cistern, by package name, from
+# Debian and npm. Idempotent: a second run with everything present is quick.
+# Usage: scripts/install-deps.sh [--build-only]
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build_only=0
+[ "${1:-}" = "--build-only" ] && build_only=1
+
+build_pkgs=(
+	build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libevent-dev
+	liblmdb-dev libcriterion-dev libprotobuf-c-dev protobuf-c-compiler
+	libxxhash-dev libjansson-dev libxml2-dev
+)
+test_pkgs=(
+	curl iproute2 procps psmisc util-linux fio s3fs rclone
+	python3 unzip jq gnuplot-nox attr
+)
+
+want=("${build_pkgs[@]}")
+if [ "$build_only" = 0 ]; then
+	want+=("${test_pkgs[@]}")
+	# A machine may carry Node.js from elsewhere (its npm bundled); Debian's
+	# packages are needed only where the commands are missing.
+	command -v node >/dev/null || want+=(nodejs)
+	command -v npm >/dev/null || want+=(npm)
+fi
+
+missing=()
+for p in "${want[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo="sudo"
+	echo "install-deps: installing ${missing[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[ "$build_only" = 1 ] && exit 0
+
+# npm tools for the test rig, pinned, installed into the tree (git-ignored).
+node_dir="$top/tests/node"
+if [ ! -f "$node_dir/node_modules/.cistern-installed" ] ||
+	[ "$node_dir/package.json" -nt "$node_dir/node_modules/.cistern-installed" ]; then
+	echo "install-deps: npm install in tests/node"
+	(cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
+	touch "$node_dir/node_modules/.cistern-installed"
+fi
