@@ -1,0 +1,81 @@
+/* HTTP on libevent's evhttp: the JSON admin API and /metrics, /healthz,
+ * /readyz that every daemon serves; and a small libcurl client for the CLI.
+ *
+ * A server runs its own thread and event_base. Routes match a method and
+ * an exact path or a prefix ending in '/'. Requests with bodies over
+ * max_body (default 1 MiB), malformed JSON, unknown paths (404) and wrong
+ * methods (405) are answered with a JSON error body {"error": "..."} and
+ * never reach a handler in a state it did not ask for. */
+#ifndef CISTERN_HTTP_H
+#define CISTERN_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "cistern/buf.h"
+#include "cistern/error.h"
+
+typedef struct cis_http_server cis_http_server;
+typedef struct cis_http_req cis_http_req;
+struct cis_metrics;
+
+typedef void (*cis_http_handler_fn)(void *ctx, cis_http_req *req);
+/* For /readyz: true when ready; may fill why (not ready) with a reason. */
+typedef bool (*cis_http_ready_fn)(void *ctx, cis_buf *why);
+
+typedef struct cis_http_server_opts {
+	const char *bind_addr; /* "0.0.0.0" */
+	uint16_t port;	       /* 0: any free port (cis_http_server_port) */
+	size_t max_body;       /* 0: 1 MiB */
+	struct cis_metrics *metrics; /* served at /metrics, or NULL */
+	cis_http_ready_fn ready;     /* NULL: always ready */
+	void *ready_ctx;
+} cis_http_server_opts;
+
+/* Bind (EADDRINUSE fails with em) but do not serve until started, so routes
+ * can be added first. */
+int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out, cis_errmsg *em);
+/* method: "GET", "POST", "PUT", "DELETE". path: "/api/v1/mounts" exact, or
+ * "/api/v1/jobs/" to match everything below it. Before start only. */
+int cis_http_route(cis_http_server *s, const char *method, const char *path,
+		   cis_http_handler_fn fn, void *ctx);
+int cis_http_server_start(cis_http_server *s);
+uint16_t cis_http_server_port(const cis_http_server *s);
+void cis_http_server_free(cis_http_server *s);
+
+/* Request accessors; borrowed pointers valid during the handler. */
+const char *cis_http_req_method(const cis_http_req *r);
+/* The decoded path, without the query. */
+const char *cis_http_req_path(const cis_http_req *r);
+/* A decoded query parameter, or NULL. */
+const char *cis_http_req_query(const cis_http_req *r, const char *name);
+/* The body parsed as a JSON object; NULL after the server already replied
+ * 400 (malformed or not an object). The caller must then just return. */
+json_t *cis_http_req_json(cis_http_req *r);
+
+/* Replies (exactly one per request). The _json variant steals body. */
+void cis_http_reply_json(cis_http_req *r, int status, json_t *body);
+void cis_http_reply_text(cis_http_req *r, int status, const char *content_type,
+			 const char *body, size_t len);
+/* {"error": "<formatted>"} with status. */
+void cis_http_reply_error(cis_http_req *r, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Maps a Cistern code to an HTTP status (-ENOENT 404, -EINVAL 400,
+ * -EEXIST 409, -CIS_E_DENIED 403, store failures 502, ...) and replies
+ * with the message. */
+void cis_http_reply_code(cis_http_req *r, int code, const char *msg);
+
+/* ---- client (libcurl), for the CLI and tests ---- */
+
+/* method with an optional JSON body to base_url + path (path already
+ * URL-encoded where needed). On any HTTP reply: 0, *status set and *out the
+ * parsed JSON body (caller's; NULL if the body was not JSON). Transport
+ * failures: -ECONNREFUSED / -ETIMEDOUT / -CIS_E_CLOSED with em saying
+ * "cannot reach master at 127.0.0.1:19601: connection refused". */
+int cis_http_call(const char *base_url, const char *method, const char *path, const json_t *body,
+		  int timeout_ms, long *status, json_t **out, cis_errmsg *em);
+
+#endif
