@@ -36,12 +36,12 @@ void cis_s3_amz_date(time_t t, char *out);
 /* kSigning = HMAC(HMAC(HMAC(HMAC("AWS4"+secret, date8), region), service),
  * "aws4_request"), 32 bytes into out. date8 is "YYYYMMDD". */
 void cis_s3_signing_key(const char *secret, const char *date8, const char *region,
-			const char *service, unsigned char *out);
+                        const char *service, unsigned char *out);
 
 /* One request to sign. */
 typedef struct cis_s3_sign_req {
-	const char *method;	   /* "GET", "PUT", ... */
-	const char *path;	   /* canonical URI, already encoded: "/bkt/a%20b" */
+	const char *method;        /* "GET", "PUT", ... */
+	const char *path;          /* canonical URI, already encoded: "/bkt/a%20b" */
 	const cis_kvlist *query;   /* raw (unencoded) names and values; may be NULL */
 	const cis_kvlist *headers; /* every header to sign, names in any case */
 	const char *payload_hash;  /* hex SHA-256 of the body, or CIS_S3_UNSIGNED */
@@ -62,7 +62,7 @@ int cis_s3_canonical_request(const cis_s3_sign_req *r, cis_buf *out, cis_buf *si
 /* "AWS4-HMAC-SHA256\n<amz_date>\n<date8>/<region>/<service>/aws4_request\n
  * <hex sha256 of canonical request>" into out. 0 or -ENOMEM. */
 int cis_s3_string_to_sign(const char *amz_date, const char *region, const char *service,
-			  const char *canonical_request, cis_buf *out);
+                          const char *canonical_request, cis_buf *out);
 
 /* The whole Authorization header value ("AWS4-HMAC-SHA256 Credential=...,
  * SignedHeaders=...,Signature=...") into out; the hex signature into
@@ -71,15 +71,15 @@ int cis_s3_string_to_sign(const char *amz_date, const char *region, const char *
  * temporary credentials, x-amz-security-token: cis_s3_sign_headers adds
  * them. 0, -ENOMEM or -EINVAL. */
 int cis_s3_authorization(const cis_s3_sign_req *r, const char *access_key, const char *secret_key,
-			 const char *region, const char *amz_date, cis_buf *out, char *signature);
+                         const char *region, const char *amz_date, cis_buf *out, char *signature);
 
 /* Add x-amz-date, x-amz-content-sha256 and (when session_token is
  * non-empty) x-amz-security-token to headers, then set "authorization" to
  * the signature over all of them. headers must already hold host and any
  * other header that is sent. 0, -ENOMEM or -EINVAL. */
 int cis_s3_sign_headers(cis_kvlist *headers, const char *method, const char *path,
-			const cis_kvlist *query, const char *payload_hash, const char *access_key,
-			const char *secret_key, const char *session_token, const char *region,
-			time_t now);
+                        const cis_kvlist *query, const char *payload_hash, const char *access_key,
+                        const char *secret_key, const char *session_token, const char *region,
+                        time_t now);
 
 #endif
