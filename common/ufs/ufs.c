@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define UFS_PATH_MAX 1024
-#define UFS_URI_MAX  4096
+#define UFS_PATH_MAX   1024
+#define UFS_URI_MAX    4096
 #define UFS_SCHEME_MAX 16
 
 struct cis_ufs {
@@ -23,8 +23,8 @@ struct cis_ufs {
 
 /* The backends, by scheme. Frozen: adding a connector means adding it here. */
 static const cis_ufs_ops *const ufs_backends[] = {
-	&cis_ufs_s3_ops,
-	&cis_ufs_posix_ops,
+    &cis_ufs_s3_ops,
+    &cis_ufs_posix_ops,
 };
 
 int cis_ufs_check_path(const char *path)
@@ -57,10 +57,10 @@ static int check_path_em(const cis_ufs *u, const char *path, cis_errmsg *em)
 		return 0;
 	/* The path may be long or odd: show a bounded prefix of it. */
 	return cis_fail(em, -EINVAL,
-			"%s: invalid path '%.64s%s' (relative, no '.', '..' or empty components, "
-			"at most %d bytes)",
-			u->uri, path ? path : "(null)", path && strlen(path) > 64 ? "..." : "",
-			UFS_PATH_MAX);
+	                "%s: invalid path '%.64s%s' (relative, no '.', '..' or empty components, "
+	                "at most %d bytes)",
+	                u->uri, path ? path : "(null)", path && strlen(path) > 64 ? "..." : "",
+	                UFS_PATH_MAX);
 }
 
 /* A copy of uri with the userinfo of its authority ("user:secret@") removed,
@@ -93,7 +93,7 @@ static char *uri_strip_userinfo(const char *uri)
 /* Splits "scheme://rest": scheme is [a-z][a-z0-9+.-]*, rest is what follows.
  * 0 or -CIS_E_URI. shown is the credential-free URI for messages. */
 static int uri_split(const char *uri, const char *shown, char *scheme, const char **rest,
-		     cis_errmsg *em)
+                     cis_errmsg *em)
 {
 	const char *sep = strstr(uri, "://");
 	const char *p;
@@ -102,18 +102,18 @@ static int uri_split(const char *uri, const char *shown, char *scheme, const cha
 	for (p = uri; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			return cis_fail(em, -CIS_E_URI, "malformed uri '%s': control character",
-					shown);
+			                shown);
 	if (!sep)
 		return cis_fail(em, -CIS_E_URI,
-				"malformed uri '%s': expected scheme://... (s3:// or file://)",
-				shown);
+		                "malformed uri '%s': expected scheme://... (s3:// or file://)",
+		                shown);
 	n = (size_t)(sep - uri);
 	if (n == 0 || n >= UFS_SCHEME_MAX)
 		return cis_fail(em, -CIS_E_URI, "malformed uri '%s': bad scheme", shown);
 	for (p = uri; p < sep; p++) {
-		bool ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-			  (p > uri && ((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' ||
-				       *p == '.'));
+		bool ok =
+		    (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (p > uri && ((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.'));
 		if (!ok)
 			return cis_fail(em, -CIS_E_URI, "malformed uri '%s': bad scheme", shown);
 	}
@@ -134,7 +134,8 @@ int cis_ufs_open(const char *uri, const cis_kvlist *options, cis_ufs **out, cis_
 
 	*out = NULL;
 	if (!uri || !*uri)
-		return cis_fail(em, -CIS_E_URI, "empty uri (use s3://bucket/prefix or file:///dir)");
+		return cis_fail(em, -CIS_E_URI,
+		                "empty uri (use s3://bucket/prefix or file:///dir)");
 	if (strlen(uri) > UFS_URI_MAX)
 		return cis_fail(em, -CIS_E_URI, "malformed uri: longer than %d bytes", UFS_URI_MAX);
 	u = calloc(1, sizeof(*u));
@@ -153,7 +154,7 @@ int cis_ufs_open(const char *uri, const cis_kvlist *options, cis_ufs **out, cis_
 			ops = ufs_backends[i];
 	if (!ops) {
 		err = cis_fail(em, -CIS_E_URI, "unknown scheme '%s' in '%s' (use s3:// or file://)",
-			       scheme, u->uri);
+		               scheme, u->uri);
 		goto out_free_uri;
 	}
 	u->ops = ops;
@@ -189,7 +190,7 @@ int cis_ufs_check(cis_ufs *u, cis_errmsg *em)
 	return u->ops->check(u->state, em);
 }
 
-int cis_ufs_stat(cis_ufs *u, const char *path, cis_ufs_stat *st, cis_errmsg *em)
+int cis_ufs_stat(cis_ufs *u, const char *path, struct cis_ufs_stat *st, cis_errmsg *em)
 {
 	int err = check_path_em(u, path, em);
 
@@ -200,7 +201,7 @@ int cis_ufs_stat(cis_ufs *u, const char *path, cis_ufs_stat *st, cis_errmsg *em)
 }
 
 int cis_ufs_list(cis_ufs *u, const char *dir, const char *token, size_t max, cis_ufs_page *page,
-		 cis_errmsg *em)
+                 cis_errmsg *em)
 {
 	int err;
 
@@ -228,7 +229,7 @@ void cis_ufs_page_free(cis_ufs_page *page)
 }
 
 int cis_ufs_read(cis_ufs *u, const char *path, const char *version, uint64_t off, uint64_t len,
-		 cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em)
+                 cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em)
 {
 	uint64_t dummy;
 	int err;
@@ -265,7 +266,7 @@ static int buf_sink_fn(void *arg, const void *data, size_t len)
 }
 
 int cis_ufs_read_buf(cis_ufs *u, const char *path, const char *version, uint64_t off, size_t len,
-		     void *buf, size_t *got, cis_errmsg *em)
+                     void *buf, size_t *got, cis_errmsg *em)
 {
 	struct buf_sink s = {buf, len, 0};
 	int err;
@@ -273,7 +274,7 @@ int cis_ufs_read_buf(cis_ufs *u, const char *path, const char *version, uint64_t
 	err = cis_ufs_read(u, path, version, off, len, buf_sink_fn, &s, NULL, em);
 	if (err == -CIS_E_INTERNAL && em && !em->text[0])
 		cis_fail(em, err, "%s/%s: backend delivered more than the %zu bytes asked for",
-			 u->uri, path, len);
+		         u->uri, path, len);
 	if (got)
 		*got = s.used;
 	return err;
@@ -293,8 +294,7 @@ int cis_ufs_write_fd(cis_ufs *u, const char *path, int fd, uint64_t size, cis_er
 /* Writes through write_fd with the bytes in an anonymous memory file, so each
  * backend has one write path (S3's multipart logic included). The copy costs
  * one memcpy of the data; callers with large data should use write_fd. */
-int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t size,
-		      cis_errmsg *em)
+int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t size, cis_errmsg *em)
 {
 	const char *p = data;
 	size_t done = 0;
@@ -307,14 +307,14 @@ int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t siz
 	fd = memfd_create("cis-ufs-write", MFD_CLOEXEC);
 	if (fd < 0)
 		return cis_fail(em, -errno, "%s/%s: memfd_create: %s", u->uri, path,
-				strerror(errno));
+		                strerror(errno));
 	while (done < size) {
 		n = write(fd, p + done, size - done);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
 			err = cis_fail(em, -errno, "%s/%s: staging %zu bytes: %s", u->uri, path,
-				       size, strerror(errno));
+			               size, strerror(errno));
 			goto out_close;
 		}
 		done += (size_t)n;
@@ -337,5 +337,5 @@ int cis_ufs_delete(cis_ufs *u, const char *path, cis_errmsg *em)
 		return err;
 	if (*path == 0)
 		return cis_fail(em, -EINVAL, "%s: cannot delete the root", u->uri);
-	return u->ops->delete(u->state, path, em);
+	return u->ops->delete (u->state, path, em);
 }

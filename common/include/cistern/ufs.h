@@ -28,17 +28,19 @@
 
 typedef struct cis_ufs cis_ufs;
 
-typedef struct cis_ufs_stat {
+/* A struct without a typedef, as with stat(2): the name cis_ufs_stat is
+ * also the function below, and C has one namespace for both. */
+struct cis_ufs_stat {
 	bool is_dir;
 	uint64_t size;
 	int64_t mtime_ns;
 	uint32_t mode; /* permission bits; 0 when the store has none */
 	char version[CIS_UFS_VERSION_MAX];
-} cis_ufs_stat;
+};
 
 typedef struct cis_ufs_entry {
 	char *name; /* one path component, no slashes */
-	cis_ufs_stat st;
+	struct cis_ufs_stat st;
 } cis_ufs_entry;
 
 /* One page of one directory level, in the store's order (S3: bytewise
@@ -67,13 +69,13 @@ int cis_ufs_check(cis_ufs *u, cis_errmsg *em);
 
 /* A file or directory. S3: HEAD of the key, then a one-key listing of
  * "path/" to find a directory. */
-int cis_ufs_stat(cis_ufs *u, const char *path, cis_ufs_stat *st, cis_errmsg *em);
+int cis_ufs_stat(cis_ufs *u, const char *path, struct cis_ufs_stat *st, cis_errmsg *em);
 
 /* One level of dir, at most max entries (0: the store's default), starting
  * at token (NULL for the first page). page is the caller's afterwards
  * (cis_ufs_page_free), also on failure (then empty). */
 int cis_ufs_list(cis_ufs *u, const char *dir, const char *token, size_t max, cis_ufs_page *page,
-		 cis_errmsg *em);
+                 cis_errmsg *em);
 void cis_ufs_page_free(cis_ufs_page *page);
 
 /* Bytes [off, off+len) of path into sink; fewer at end of file. *got (may be
@@ -82,17 +84,16 @@ void cis_ufs_page_free(cis_ufs_page *page);
  * (S3: If-Match). Retried transparently while no byte has been delivered;
  * after that a failure is returned, never a gap or a duplicate. */
 int cis_ufs_read(cis_ufs *u, const char *path, const char *version, uint64_t off, uint64_t len,
-		 cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em);
+                 cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em);
 /* Convenience: into buf (len bytes of room). */
 int cis_ufs_read_buf(cis_ufs *u, const char *path, const char *version, uint64_t off, size_t len,
-		     void *buf, size_t *got, cis_errmsg *em);
+                     void *buf, size_t *got, cis_errmsg *em);
 
 /* Write a whole object from fd (size bytes from its current offset).
  * S3 uses multipart upload above the part size (option part_size, default
  * 8 MiB), aborting the upload on failure. */
 int cis_ufs_write_fd(cis_ufs *u, const char *path, int fd, uint64_t size, cis_errmsg *em);
-int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t size,
-		      cis_errmsg *em);
+int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t size, cis_errmsg *em);
 
 /* Remove an object (S3) or file (POSIX). -ENOENT if it was not there (S3
  * cannot tell, and returns 0). */

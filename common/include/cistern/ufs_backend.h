@@ -11,12 +11,11 @@ typedef struct cis_ufs_ops {
 	int (*open)(const char *rest, const cis_kvlist *options, void **state, cis_errmsg *em);
 	void (*close)(void *state);
 	int (*check)(void *state, cis_errmsg *em);
-	int (*stat)(void *state, const char *path, cis_ufs_stat *st, cis_errmsg *em);
-	int (*list)(void *state, const char *dir, const char *token, size_t max,
-		    cis_ufs_page *page, cis_errmsg *em);
-	int (*read)(void *state, const char *path, const char *version, uint64_t off,
-		    uint64_t len, cis_ufs_sink_fn sink, void *arg, uint64_t *got,
-		    cis_errmsg *em);
+	int (*stat)(void *state, const char *path, struct cis_ufs_stat *st, cis_errmsg *em);
+	int (*list)(void *state, const char *dir, const char *token, size_t max, cis_ufs_page *page,
+	            cis_errmsg *em);
+	int (*read)(void *state, const char *path, const char *version, uint64_t off, uint64_t len,
+	            cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em);
 	int (*write_fd)(void *state, const char *path, int fd, uint64_t size, cis_errmsg *em);
 	int (*delete)(void *state, const char *path, cis_errmsg *em);
 } cis_ufs_ops;

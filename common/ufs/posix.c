@@ -1,0 +1,689 @@
+/* The POSIX connector: "file:///abs/dir", a local or NFS directory.
+ *
+ * Every path is resolved relative to a descriptor of the root with
+ * openat2(RESOLVE_BENEATH): symbolic links are followed, but one that leads
+ * outside the root (absolute, or ".." past the root) fails with -EACCES, so a
+ * store can never expose files beyond its directory. The root is opened per
+ * call (one extra openat per operation) rather than once at open time, so
+ * that opening contacts nothing and a directory that is replaced or mounted
+ * later is picked up.
+ *
+ * An object's version is "size-mtime_ns". Writes go to a temporary file in
+ * the target's directory and are renamed over it, so readers see the old or
+ * the new bytes, never a mix; the new file's mtime is set to the current
+ * time in nanoseconds and made to differ from the replaced file's, so every
+ * overwrite yields a new version even where the file system's clock is
+ * coarse. */
+#include "cistern/ufs_backend.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POSIX_LIST_DEFAULT 1000
+#define POSIX_READ_CHUNK   (1u << 20)
+#define POSIX_TMP_PREFIX   ".cis-tmp."
+
+struct posix_state {
+	char *root; /* absolute, no trailing slash except for "/" itself */
+	bool fsync;
+};
+
+static int sys_openat2(int dirfd, const char *path, int flags, mode_t mode)
+{
+	struct open_how how = {
+	    .flags = (uint64_t)flags | O_CLOEXEC,
+	    .mode = flags & O_CREAT ? mode : 0,
+	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd;
+
+	do
+		fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0 && errno == EXDEV)
+		errno = EACCES; /* a link (or path) leads outside the root */
+	return (int)fd;
+}
+
+static int posix_open(const char *rest, const cis_kvlist *options, void **state, cis_errmsg *em)
+{
+	struct posix_state *s;
+	const char *opt;
+	size_t len;
+
+	if (strncmp(rest, "localhost/", 10) == 0) /* file://localhost/dir is file:///dir */
+		rest += 9;
+	if (rest[0] != '/')
+		return cis_fail(em, -CIS_E_URI,
+		                "file://%s: the directory must be absolute (file:///abs/dir)",
+		                rest);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return cis_fail(em, -ENOMEM, "file://%s: out of memory", rest);
+	s->root = strdup(rest);
+	if (!s->root) {
+		free(s);
+		return cis_fail(em, -ENOMEM, "file://%s: out of memory", rest);
+	}
+	len = strlen(s->root);
+	while (len > 1 && s->root[len - 1] == '/')
+		s->root[--len] = 0;
+	s->fsync = true;
+	opt = options ? cis_kvlist_get(options, "fsync") : NULL;
+	if (opt && (strcmp(opt, "false") == 0 || strcmp(opt, "0") == 0))
+		s->fsync = false;
+	*state = s;
+	return 0;
+}
+
+static void posix_close(void *state)
+{
+	struct posix_state *s = state;
+
+	if (!s)
+		return;
+	free(s->root);
+	free(s);
+}
+
+/* "/" + path for messages, or "" for the root itself. */
+static const char *slash_if(const char *path)
+{
+	return *path ? "/" : "";
+}
+
+static const char *root_shown(const struct posix_state *s)
+{
+	return strcmp(s->root, "/") == 0 ? "" : s->root;
+}
+
+static int open_root(const struct posix_state *s, cis_errmsg *em)
+{
+	int fd = open(s->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int err = -errno;
+
+		return cis_fail(em, err, "file://%s: cannot open the directory: %s", s->root,
+		                strerror(-err));
+	}
+	return fd;
+}
+
+/* The open descriptor for path under the root (the root itself for ""). */
+static int open_beneath(int rootfd, const char *path, int flags)
+{
+	return sys_openat2(rootfd, *path ? path : ".", flags, 0);
+}
+
+static void fill_stat(const struct stat *sb, struct cis_ufs_stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->is_dir = S_ISDIR(sb->st_mode);
+	st->size = st->is_dir ? 0 : (uint64_t)sb->st_size;
+	st->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+	st->mode = sb->st_mode & 07777;
+	if (!st->is_dir)
+		snprintf(st->version, sizeof(st->version), "%" PRIu64 "-%" PRId64, st->size,
+		         st->mtime_ns);
+}
+
+/* Stats path under rootfd, following links beneath the root. Only regular
+ * files and directories are objects; anything else is -ENOENT's cousin
+ * -EINVAL with a message. */
+static int stat_beneath(const struct posix_state *s, int rootfd, const char *path,
+                        struct cis_ufs_stat *st, cis_errmsg *em)
+{
+	struct stat sb;
+	int fd, err;
+
+	fd = open_beneath(rootfd, path, O_PATH);
+	if (fd < 0) {
+		err = -errno;
+		if (err == -ENOTDIR) /* "file/x": a component is not a directory */
+			err = -ENOENT;
+		return cis_fail(em, err, "file://%s%s%s: %s", root_shown(s), slash_if(path), path,
+		                err == -EACCES ? "outside the root or permission denied"
+		                               : strerror(-err));
+	}
+	if (fstat(fd, &sb) < 0) {
+		err = -errno;
+		close(fd);
+		return cis_fail(em, err, "file://%s%s%s: fstat: %s", root_shown(s), slash_if(path),
+		                path, strerror(-err));
+	}
+	close(fd);
+	if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+		return cis_fail(em, -EINVAL, "file://%s%s%s: not a regular file or directory",
+		                root_shown(s), slash_if(path), path);
+	fill_stat(&sb, st);
+	return 0;
+}
+
+static int posix_check(void *state, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	struct stat sb;
+	int fd, err = 0;
+
+	fd = open_root(s, em);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &sb) < 0)
+		err = cis_fail(em, -errno, "file://%s: fstat: %s", s->root, strerror(errno));
+	else if (access(s->root, R_OK | X_OK) < 0)
+		err = cis_fail(em, -CIS_E_DENIED, "file://%s: directory not readable: %s", s->root,
+		               strerror(errno));
+	close(fd);
+	return err;
+}
+
+static int posix_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	int rootfd, err;
+
+	rootfd = open_root(s, em);
+	if (rootfd < 0)
+		return rootfd;
+	err = stat_beneath(s, rootfd, path, st, em);
+	close(rootfd);
+	return err;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_names(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* All names in the directory dirfd (which is consumed), sorted bytewise,
+ * without ".", ".." and our own temporary files. O(entries) memory and an
+ * O(n log n) sort per page: fine for directories of up to a few hundred
+ * thousand entries, which is what a dataset directory holds. */
+static int read_names(int dirfd, char ***out, size_t *n_out)
+{
+	DIR *d = fdopendir(dirfd);
+	struct dirent *de;
+	char **names = NULL, **grown;
+	size_t n = 0, cap = 0;
+	int err = 0;
+
+	if (!d) {
+		err = -errno;
+		close(dirfd);
+		return err;
+	}
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			err = -errno;
+			break;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    strncmp(de->d_name, POSIX_TMP_PREFIX, strlen(POSIX_TMP_PREFIX)) == 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			grown = realloc(names, cap * sizeof(*names));
+			if (!grown) {
+				err = -ENOMEM;
+				break;
+			}
+			names = grown;
+		}
+		names[n] = strdup(de->d_name);
+		if (!names[n]) {
+			err = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	closedir(d);
+	if (err) {
+		free_names(names, n);
+		return err;
+	}
+	qsort(names, n, sizeof(*names), cmp_names);
+	*out = names;
+	*n_out = n;
+	return 0;
+}
+
+static int posix_list(void *state, const char *dir, const char *token, size_t max,
+                      cis_ufs_page *page, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	char **names = NULL, *child = NULL;
+	size_t n = 0, i, lo, hi, dlen = strlen(dir);
+	int rootfd, dirfd, err;
+
+	if (max == 0)
+		max = POSIX_LIST_DEFAULT;
+	rootfd = open_root(s, em);
+	if (rootfd < 0)
+		return rootfd;
+	dirfd = open_beneath(rootfd, dir, O_RDONLY | O_DIRECTORY);
+	if (dirfd < 0) {
+		err = -errno;
+		cis_fail(em, err, "file://%s%s%s: %s", root_shown(s), slash_if(dir), dir,
+		         err == -EACCES ? "outside the root or permission denied" : strerror(-err));
+		goto out_close_root;
+	}
+	err = read_names(dirfd, &names, &n);
+	if (err) {
+		cis_fail(em, err, "file://%s%s%s: reading the directory: %s", root_shown(s),
+		         slash_if(dir), dir, strerror(-err));
+		goto out_close_root;
+	}
+	/* Resume after the token: the first name bytewise greater than it. */
+	lo = 0;
+	hi = n;
+	while (token && lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(names[mid], token) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	page->entries = calloc(max < n - lo ? max : n - lo + 1, sizeof(*page->entries));
+	child = malloc(dlen + 1 + 256 + 1);
+	if (!page->entries || !child) {
+		err = cis_fail(em, -ENOMEM, "file://%s/%s: out of memory", root_shown(s), dir);
+		goto out_free;
+	}
+	for (i = lo; i < n && page->n < max; i++) {
+		cis_ufs_entry *e = &page->entries[page->n];
+
+		if (dlen)
+			sprintf(child, "%s/%s", dir, names[i]);
+		else
+			strcpy(child, names[i]);
+		/* Entries that vanished, lead outside the root, or are neither
+		 * files nor directories are not objects: skip them. */
+		if (stat_beneath(s, rootfd, child, &e->st, NULL) != 0)
+			continue;
+		e->name = names[i];
+		names[i] = NULL;
+		page->n++;
+	}
+	if (i < n && page->n > 0) {
+		page->next_token = strdup(page->entries[page->n - 1].name);
+		if (!page->next_token) {
+			err = cis_fail(em, -ENOMEM, "file://%s/%s: out of memory", root_shown(s),
+			               dir);
+			goto out_free;
+		}
+	}
+	err = 0;
+out_free:
+	free(child);
+	free_names(names, n);
+out_close_root:
+	close(rootfd);
+	return err;
+}
+
+/* The version the open file fd has now, as stat reports it. */
+static void fd_version(int fd, char *out, size_t outlen, struct stat *sb)
+{
+	struct cis_ufs_stat st;
+
+	if (fstat(fd, sb) < 0) {
+		snprintf(out, outlen, "?");
+		return;
+	}
+	fill_stat(sb, &st);
+	snprintf(out, outlen, "%s", st.version);
+}
+
+static int posix_read(void *state, const char *path, const char *version, uint64_t off,
+                      uint64_t len, cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	char now[CIS_UFS_VERSION_MAX];
+	struct stat sb;
+	char *buf = NULL;
+	uint64_t done = 0;
+	int rootfd, fd, err;
+	ssize_t r;
+
+	*got = 0;
+	rootfd = open_root(s, em);
+	if (rootfd < 0)
+		return rootfd;
+	fd = open_beneath(rootfd, path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+	close(rootfd);
+	if (fd < 0) {
+		err = -errno;
+		if (err == -ENOTDIR)
+			err = -ENOENT;
+		return cis_fail(em, err, "file://%s/%s: %s", root_shown(s), path,
+		                err == -EACCES ? "outside the root or permission denied"
+		                               : strerror(-err));
+	}
+	fd_version(fd, now, sizeof(now), &sb);
+	if (S_ISDIR(sb.st_mode)) {
+		err = cis_fail(em, -EISDIR, "file://%s/%s: is a directory", root_shown(s), path);
+		goto out_close;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		err =
+		    cis_fail(em, -EINVAL, "file://%s/%s: not a regular file", root_shown(s), path);
+		goto out_close;
+	}
+	if (version && *version && strcmp(version, now) != 0) {
+		err = cis_fail(em, -CIS_E_CHANGED, "file://%s/%s: changed (version %s, wanted %s)",
+		               root_shown(s), path, now, version);
+		goto out_close;
+	}
+	buf = malloc(POSIX_READ_CHUNK);
+	if (!buf) {
+		err = cis_fail(em, -ENOMEM, "file://%s/%s: out of memory", root_shown(s), path);
+		goto out_close;
+	}
+	while (done < len) {
+		size_t want =
+		    len - done < POSIX_READ_CHUNK ? (size_t)(len - done) : POSIX_READ_CHUNK;
+
+		if (off + done > (uint64_t)INT64_MAX)
+			break;
+		r = pread(fd, buf, want, (off_t)(off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			err = cis_fail(em, -EIO, "file://%s/%s: read at %" PRIu64 ": %s",
+			               root_shown(s), path, off + done, strerror(errno));
+			goto out_free;
+		}
+		if (r == 0)
+			break; /* end of file */
+		err = sink(arg, buf, (size_t)r);
+		if (err) {
+			cis_fail(em, err, "file://%s/%s: read aborted by the receiver: %s",
+			         root_shown(s), path, cis_strerror(err));
+			goto out_free;
+		}
+		done += (uint64_t)r;
+		*got = done;
+	}
+	/* With a version asked for, the bytes must all be of that version: a
+	 * file rewritten in place while we read is reported, not mixed. */
+	if (version && *version) {
+		fd_version(fd, now, sizeof(now), &sb);
+		if (strcmp(version, now) != 0) {
+			err = cis_fail(em, -CIS_E_CHANGED, "file://%s/%s: changed during the read",
+			               root_shown(s), path);
+			goto out_free;
+		}
+	}
+	err = 0;
+out_free:
+	free(buf);
+out_close:
+	close(fd);
+	return err;
+}
+
+/* Opens (creating as needed) the directory holding path's last component,
+ * beneath rootfd. Returns the descriptor and sets *base to the last
+ * component within path, or returns a negative errno. Each prefix is
+ * resolved from the root, so links inside the root work wherever they
+ * point within it; a new directory is made with mkdirat on its (already
+ * resolved) parent, which follows no link. */
+static int open_parent(int rootfd, const char *path, bool create, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	char prefix[1100], comp[256];
+	size_t plen, n;
+	char *p, *end, save;
+	int fd, next;
+
+	*base = slash ? slash + 1 : path;
+	if (!slash) {
+		fd = sys_openat2(rootfd, ".", O_PATH | O_DIRECTORY, 0);
+		return fd < 0 ? -errno : fd;
+	}
+	plen = (size_t)(slash - path);
+	if (plen >= sizeof(prefix))
+		return -ENAMETOOLONG;
+	memcpy(prefix, path, plen);
+	prefix[plen] = 0;
+	fd = sys_openat2(rootfd, prefix, O_PATH | O_DIRECTORY, 0);
+	if (fd >= 0 || errno != ENOENT || !create)
+		return fd >= 0 ? fd : -errno;
+	/* Walk down from the root, making what is missing. */
+	fd = sys_openat2(rootfd, ".", O_PATH | O_DIRECTORY, 0);
+	if (fd < 0)
+		return -errno;
+	for (p = prefix;;) {
+		end = strchr(p, '/');
+		n = end ? (size_t)(end - p) : strlen(p);
+		if (n >= sizeof(comp)) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, p, n);
+		comp[n] = 0;
+		if (mkdirat(fd, comp, 0777) < 0 && errno != EEXIST) {
+			int err = -errno;
+
+			close(fd);
+			return err;
+		}
+		close(fd);
+		/* Open the prefix up to this component, from the root. */
+		save = p[n];
+		p[n] = 0;
+		next = sys_openat2(rootfd, prefix, O_PATH | O_DIRECTORY, 0);
+		p[n] = save;
+		if (next < 0)
+			return -errno;
+		fd = next;
+		if (!end)
+			return fd;
+		p = end + 1;
+	}
+}
+
+/* Copies size bytes from in's current offset to out; -EIO (with em) if in
+ * ends early. sendfile where the source allows it, read/write otherwise. */
+static int copy_fd(int in, int out, uint64_t size, const char *shown, const char *path,
+                   cis_errmsg *em)
+{
+	uint64_t done = 0;
+	bool use_sendfile = true;
+	char *buf = NULL;
+	int err = 0;
+
+	while (done < size) {
+		size_t want = size - done < (1u << 30) ? (size_t)(size - done) : (1u << 30);
+		ssize_t n;
+
+		if (use_sendfile) {
+			n = sendfile(out, in, NULL, want);
+			if (n < 0 && (errno == EINVAL || errno == ENOSYS) && done == 0) {
+				use_sendfile = false;
+				continue;
+			}
+		} else {
+			if (!buf && !(buf = malloc(POSIX_READ_CHUNK))) {
+				err = cis_fail(em, -ENOMEM, "file://%s/%s: out of memory", shown,
+				               path);
+				break;
+			}
+			n = read(in, buf, want < POSIX_READ_CHUNK ? want : POSIX_READ_CHUNK);
+			for (ssize_t w = 0, put = 0; n > 0 && put < n; put += w) {
+				w = write(out, buf + put, (size_t)(n - put));
+				if (w < 0 && errno == EINTR) {
+					w = 0;
+					continue;
+				}
+				if (w < 0) {
+					err = cis_fail(em, -errno, "file://%s/%s: write: %s", shown,
+					               path, strerror(errno));
+					goto out_free;
+				}
+			}
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = cis_fail(em, -errno, "file://%s/%s: copying data: %s", shown, path,
+			               strerror(errno));
+			break;
+		}
+		if (n == 0) {
+			err = cis_fail(em, -EIO,
+			               "file://%s/%s: source ended after %" PRIu64 " of %" PRIu64
+			               " bytes",
+			               shown, path, done, size);
+			break;
+		}
+		done += (uint64_t)n;
+	}
+out_free:
+	free(buf);
+	return err;
+}
+
+static int posix_write_fd(void *state, const char *path, int fd, uint64_t size, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	const char *base;
+	char tmp[64];
+	uint64_t rnd = 0;
+	struct timespec ts[2];
+	struct stat old;
+	int rootfd, dirfd, tfd, err;
+
+	rootfd = open_root(s, em);
+	if (rootfd < 0)
+		return rootfd;
+	dirfd = open_parent(rootfd, path, true, &base);
+	close(rootfd);
+	if (dirfd < 0)
+		return cis_fail(em, dirfd, "file://%s/%s: creating the parent directory: %s",
+		                root_shown(s), path,
+		                dirfd == -EACCES ? "outside the root or permission denied"
+		                                 : strerror(-dirfd));
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint64_t)getpid() ^ (uint64_t)time(NULL) ^ (uintptr_t)&rnd;
+	snprintf(tmp, sizeof(tmp), POSIX_TMP_PREFIX "%016" PRIx64, rnd);
+	tfd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (tfd < 0) {
+		err = cis_fail(em, -errno, "file://%s/%s: creating a temporary file: %s",
+		               root_shown(s), path, strerror(errno));
+		goto out_close_dir;
+	}
+	err = copy_fd(fd, tfd, size, root_shown(s), path, em);
+	if (err)
+		goto out_unlink;
+	/* A fresh, fine-grained mtime that differs from the replaced file's:
+	 * the version must change with every overwrite. */
+	clock_gettime(CLOCK_REALTIME, &ts[1]);
+	if (fstatat(dirfd, base, &old, 0) == 0 && old.st_mtim.tv_sec == ts[1].tv_sec &&
+	    old.st_mtim.tv_nsec == ts[1].tv_nsec && (uint64_t)old.st_size == size) {
+		if (++ts[1].tv_nsec == 1000000000) {
+			ts[1].tv_nsec = 0;
+			ts[1].tv_sec++;
+		}
+	}
+	ts[0] = ts[1];
+	if (futimens(tfd, ts) < 0) {
+		err = cis_fail(em, -errno, "file://%s/%s: futimens: %s", root_shown(s), path,
+		               strerror(errno));
+		goto out_unlink;
+	}
+	if (s->fsync && fdatasync(tfd) < 0) {
+		err = cis_fail(em, -errno, "file://%s/%s: fsync: %s", root_shown(s), path,
+		               strerror(errno));
+		goto out_unlink;
+	}
+	if (close(tfd) < 0) {
+		tfd = -1;
+		err = cis_fail(em, -errno, "file://%s/%s: close: %s", root_shown(s), path,
+		               strerror(errno));
+		goto out_unlink;
+	}
+	tfd = -1;
+	if (renameat(dirfd, tmp, dirfd, base) < 0) {
+		err = cis_fail(em, -errno, "file://%s/%s: rename into place: %s", root_shown(s),
+		               path, strerror(errno));
+		goto out_unlink;
+	}
+	close(dirfd);
+	return 0;
+
+out_unlink:
+	if (tfd >= 0)
+		close(tfd);
+	unlinkat(dirfd, tmp, 0);
+out_close_dir:
+	close(dirfd);
+	return err;
+}
+
+static int posix_delete(void *state, const char *path, cis_errmsg *em)
+{
+	struct posix_state *s = state;
+	const char *base;
+	int rootfd, dirfd, err = 0;
+
+	rootfd = open_root(s, em);
+	if (rootfd < 0)
+		return rootfd;
+	dirfd = open_parent(rootfd, path, false, &base);
+	close(rootfd);
+	if (dirfd < 0) {
+		err = dirfd == -ENOTDIR ? -ENOENT : dirfd;
+		return cis_fail(em, err, "file://%s/%s: %s", root_shown(s), path,
+		                err == -EACCES ? "outside the root or permission denied"
+		                               : strerror(-err));
+	}
+	if (unlinkat(dirfd, base, 0) < 0) {
+		err = -errno;
+		if (err == -EISDIR || err == -EPERM) {
+			struct stat sb;
+
+			if (fstatat(dirfd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISDIR(sb.st_mode))
+				err = -EISDIR;
+		}
+		cis_fail(em, err, "file://%s/%s: delete: %s", root_shown(s), path, strerror(-err));
+	}
+	close(dirfd);
+	return err;
+}
+
+const cis_ufs_ops cis_ufs_posix_ops = {
+    .scheme = "file",
+    .open = posix_open,
+    .close = posix_close,
+    .check = posix_check,
+    .stat = posix_stat,
+    .list = posix_list,
+    .read = posix_read,
+    .write_fd = posix_write_fd,
+    .delete = posix_delete,
+};
