@@ -11,6 +11,15 @@ enum cis_msgtype {
 
 	/* 100..199: master RPC (master.proto) */
 	CIS_MSG_MASTER_FIRST = 100,
+	CIS_MSG_MASTER_LOOKUP = 100,          /* LookupRequest -> LookupReply */
+	CIS_MSG_MASTER_GETATTR = 101,         /* GetAttrRequest -> GetAttrReply */
+	CIS_MSG_MASTER_READDIR = 102,         /* ReadDirRequest -> ReadDirReply */
+	CIS_MSG_MASTER_OPEN = 103,            /* OpenRequest -> OpenReply */
+	CIS_MSG_MASTER_GET_MOUNT = 104,       /* GetMountRequest -> GetMountReply */
+	CIS_MSG_MASTER_WORKER_LIST = 105,     /* WorkerListRequest -> WorkerListReply */
+	CIS_MSG_MASTER_REGISTER_WORKER = 106, /* RegisterWorkerRequest -> ...Reply */
+	CIS_MSG_MASTER_HEARTBEAT = 107,       /* HeartbeatRequest -> HeartbeatReply */
+	CIS_MSG_MASTER_BLOCK_REPORT = 108,    /* BlockReportRequest -> ...Reply */
 
 	/* 200..299: worker RPC (worker.proto) */
 	CIS_MSG_WORKER_FIRST = 200,
