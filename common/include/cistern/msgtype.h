@@ -23,6 +23,16 @@ enum cis_msgtype {
 
 	/* 200..299: worker RPC (worker.proto) */
 	CIS_MSG_WORKER_FIRST = 200,
+	CIS_MSG_WORKER_READ_BLOCK = 200,    /* ReadBlockRequest -> ReadBlockReply + data, streamed */
+	CIS_MSG_WORKER_OPEN_LOCAL = 201,    /* OpenLocalRequest -> OpenLocalReply + fd (Unix) */
+	CIS_MSG_WORKER_RELEASE_LOCAL = 202, /* LeaseRequest -> LeaseReply */
+	CIS_MSG_WORKER_RENEW_LOCAL = 203,   /* LeaseRequest -> LeaseReply */
+	CIS_MSG_WORKER_PREFETCH = 204,      /* PrefetchRequest -> PrefetchReply (at once) */
+	CIS_MSG_WORKER_LOAD = 205,          /* LoadRequest -> LoadReply (when done) */
+	CIS_MSG_WORKER_REPLICATE = 206,     /* ReplicateRequest -> ReplicateReply */
+	CIS_MSG_WORKER_FREE = 207,          /* FreeRequest -> FreeReply */
+	CIS_MSG_WORKER_PIN = 208,           /* PinRequest -> PinReply */
+	CIS_MSG_WORKER_STAT = 209,          /* StatRequest -> StatReply */
 };
 
 #endif
