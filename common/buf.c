@@ -44,6 +44,7 @@ int cis_buf_reserve(cis_buf *b, size_t extra)
 	if (!p)
 		return -ENOMEM;
 	b->data = p;
+	b->data[b->len] = 0;
 	b->cap = cap;
 	return 0;
 }

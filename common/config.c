@@ -119,7 +119,8 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
-			r = cis_fail(em, -CIS_E_CONFIG, "config %s:%d: line too long", path, lineno);
+			r = cis_fail(em, -CIS_E_CONFIG, "config %s:%d: line too long", path,
+			             lineno);
 			break;
 		}
 		s = trim(line);
@@ -128,7 +129,7 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 		eq = strchr(s, '=');
 		if (!eq) {
 			r = cis_fail(em, -CIS_E_CONFIG, "config %s:%d: expected key = value", path,
-				     lineno);
+			             lineno);
 			break;
 		}
 		*eq = 0;
@@ -139,9 +140,10 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 			value[vlen - 1] = 0;
 			value++;
 		}
-		if (!find_opt(cfg, key, strlen(key), &idx) || strcmp(cfg->opts[idx].name, "config") == 0) {
+		if (!find_opt(cfg, key, strlen(key), &idx) ||
+		    strcmp(cfg->opts[idx].name, "config") == 0) {
 			r = cis_fail(em, -CIS_E_CONFIG, "config %s:%d: unknown option '%s'", path,
-				     lineno, key);
+			             lineno, key);
 			break;
 		}
 		r = put(cfg, idx, LAYER_FILE, value);
@@ -180,7 +182,7 @@ static int load_env(cis_config *cfg, const char *prefix)
 }
 
 static int parse_args(cis_config *cfg, int argc, char **argv, int first, const char **config_path,
-		      bool *help, cis_errmsg *em)
+                      bool *help, cis_errmsg *em)
 {
 	bool flags_done = false;
 
@@ -233,18 +235,18 @@ static int parse_args(cis_config *cfg, int argc, char **argv, int first, const c
 			}
 			opt = find_opt(cfg, name, nlen, &idx);
 			if (!opt)
-				return cis_fail(em, -CIS_E_CONFIG, "unknown flag '--%.*s'", (int)nlen,
-						name);
+				return cis_fail(em, -CIS_E_CONFIG, "unknown flag '--%.*s'",
+				                (int)nlen, name);
 		}
 		if (!opt->arg) {
 			if (value && strcmp(value, "true") && strcmp(value, "false"))
 				return cis_fail(em, -CIS_E_CONFIG, "flag '--%s' takes no value",
-						opt->name);
+				                opt->name);
 			value = value ? value : "true";
 		} else if (!value) {
 			if (i + 1 >= argc)
 				return cis_fail(em, -CIS_E_CONFIG, "flag '--%s' needs a value (%s)",
-						opt->name, opt->arg);
+				                opt->name, opt->arg);
 			value = argv[++i];
 		}
 		if (strcmp(opt->name, "config") == 0)
@@ -257,7 +259,7 @@ static int parse_args(cis_config *cfg, int argc, char **argv, int first, const c
 }
 
 int cis_config_load(cis_config **out, const cis_opt *opts, const char *env_prefix, int argc,
-		    char **argv, int first, cis_errmsg *em)
+                    char **argv, int first, cis_errmsg *em)
 {
 	cis_config *cfg = calloc(1, sizeof(*cfg));
 	const char *config_path = NULL;
@@ -330,10 +332,10 @@ void cis_config_usage(const cis_opt *opts, FILE *out, const char *synopsis)
 
 		if (o->short_name)
 			snprintf(left, sizeof(left), "-%c, --%s%s%s", o->short_name, o->name,
-				 o->arg ? " " : "", o->arg ? o->arg : "");
+			         o->arg ? " " : "", o->arg ? o->arg : "");
 		else
 			snprintf(left, sizeof(left), "    --%s%s%s", o->name, o->arg ? " " : "",
-				 o->arg ? o->arg : "");
+			         o->arg ? o->arg : "");
 		fprintf(out, "  %-30s %s", left, o->help ? o->help : "");
 		if (o->def)
 			fprintf(out, " (default %s)", o->def);
@@ -383,11 +385,11 @@ bool cis_config_bool(const cis_config *cfg, const char *name)
 	const char *s = cis_config_str(cfg, name);
 
 	return s && (strcasecmp(s, "1") == 0 || strcasecmp(s, "true") == 0 ||
-		     strcasecmp(s, "yes") == 0 || strcasecmp(s, "on") == 0);
+	             strcasecmp(s, "yes") == 0 || strcasecmp(s, "on") == 0);
 }
 
-int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t max,
-		   int64_t *out, cis_errmsg *em)
+int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t max, int64_t *out,
+                   cis_errmsg *em)
 {
 	const char *s = cis_config_str(cfg, name);
 	char *end;
@@ -399,7 +401,7 @@ int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t
 	v = strtoll(s, &end, 10);
 	if (errno || end == s || *end || v < min || v > max)
 		return cis_fail(em, -CIS_E_CONFIG, "--%s: '%s' is not an integer in [%lld, %lld]",
-				name, s, (long long)min, (long long)max);
+		                name, s, (long long)min, (long long)max);
 	*out = v;
 	return 0;
 }
@@ -412,12 +414,11 @@ int cis_config_size(const cis_config *cfg, const char *name, uint64_t *out, cis_
 		return -ENOENT;
 	if (cis_parse_size(s, out))
 		return cis_fail(em, -CIS_E_CONFIG, "--%s: '%s' is not a size (like 512M or 2G)",
-				name, s);
+		                name, s);
 	return 0;
 }
 
-int cis_config_duration_ms(const cis_config *cfg, const char *name, uint64_t *out,
-			   cis_errmsg *em)
+int cis_config_duration_ms(const cis_config *cfg, const char *name, uint64_t *out, cis_errmsg *em)
 {
 	const char *s = cis_config_str(cfg, name);
 
@@ -425,7 +426,7 @@ int cis_config_duration_ms(const cis_config *cfg, const char *name, uint64_t *ou
 		return -ENOENT;
 	if (cis_parse_duration_ms(s, out))
 		return cis_fail(em, -CIS_E_CONFIG,
-				"--%s: '%s' is not a duration (like 30, 500ms, 5m or 1h)", name, s);
+		                "--%s: '%s' is not a duration (like 30, 500ms, 5m or 1h)", name, s);
 	return 0;
 }
 
@@ -508,7 +509,8 @@ int cis_parse_duration_ms(const char *s, uint64_t *out)
 	static const struct {
 		const char *name;
 		double ms;
-	} units[] = {{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+	} units[] = {{"", 1000},   {"ms", 1},      {"s", 1000},
+	             {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
 	const char *unit;
 	double num;
 	int r = parse_number(s, &num, &unit);

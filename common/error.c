@@ -5,18 +5,18 @@
 #include <string.h>
 
 static const char *const project_names[CIS_E_LAST - CIS_E_FIRST] = {
-	[CIS_E_PROTO - CIS_E_FIRST] = "malformed or unexpected message",
-	[CIS_E_TOOBIG - CIS_E_FIRST] = "input over the size limit",
-	[CIS_E_STORE - CIS_E_FIRST] = "under-store failure",
-	[CIS_E_DENIED - CIS_E_FIRST] = "access denied by the store",
-	[CIS_E_NOBUCKET - CIS_E_FIRST] = "no such bucket",
-	[CIS_E_URI - CIS_E_FIRST] = "malformed or unsupported uri",
-	[CIS_E_CONFIG - CIS_E_FIRST] = "bad configuration",
-	[CIS_E_CHECKSUM - CIS_E_FIRST] = "checksum mismatch",
-	[CIS_E_PARSE - CIS_E_FIRST] = "malformed input",
-	[CIS_E_CHANGED - CIS_E_FIRST] = "object changed in the store",
-	[CIS_E_CLOSED - CIS_E_FIRST] = "connection closed",
-	[CIS_E_INTERNAL - CIS_E_FIRST] = "internal error",
+    [CIS_E_PROTO - CIS_E_FIRST] = "malformed or unexpected message",
+    [CIS_E_TOOBIG - CIS_E_FIRST] = "input over the size limit",
+    [CIS_E_STORE - CIS_E_FIRST] = "under-store failure",
+    [CIS_E_DENIED - CIS_E_FIRST] = "access denied by the store",
+    [CIS_E_NOBUCKET - CIS_E_FIRST] = "no such bucket",
+    [CIS_E_URI - CIS_E_FIRST] = "malformed or unsupported uri",
+    [CIS_E_CONFIG - CIS_E_FIRST] = "bad configuration",
+    [CIS_E_CHECKSUM - CIS_E_FIRST] = "checksum mismatch",
+    [CIS_E_PARSE - CIS_E_FIRST] = "malformed input",
+    [CIS_E_CHANGED - CIS_E_FIRST] = "object changed in the store",
+    [CIS_E_CLOSED - CIS_E_FIRST] = "connection closed",
+    [CIS_E_INTERNAL - CIS_E_FIRST] = "internal error",
 };
 
 const char *cis_strerror(int err)

@@ -12,7 +12,7 @@ uint64_t cis_hash64(const void *data, size_t len, uint64_t seed)
 }
 
 cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
-			       uint64_t index)
+                               uint64_t index)
 {
 	XXH3_state_t st;
 	XXH128_hash_t h;

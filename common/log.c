@@ -63,7 +63,7 @@ static size_t put_msg(char *out, size_t room, const char *msg)
 }
 
 static void vlog(enum cis_log_level level, const char *msg, const char *suffix,
-		 const char *fields_fmt, va_list ap)
+                 const char *fields_fmt, va_list ap)
 {
 	char line[4096];
 	char ts[32];
@@ -72,7 +72,7 @@ static void vlog(enum cis_log_level level, const char *msg, const char *suffix,
 
 	cis_fmt_rfc3339(cis_wall_ns(), ts, sizeof(ts));
 	r = snprintf(line, sizeof(line), "%s level=%s prog=%s msg=", ts, level_names[level],
-		     log_program);
+	             log_program);
 	n = r < 0 ? 0 : (size_t)r;
 	n += put_msg(line + n, sizeof(line) - n - 2, msg);
 	if (fields_fmt && *fields_fmt && n + 2 < sizeof(line)) {
@@ -119,7 +119,7 @@ static struct limit_slot {
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void cis_log_limited(enum cis_log_level level, const char *cause, int interval_s, const char *msg,
-		     const char *fields_fmt, ...)
+                     const char *fields_fmt, ...)
 {
 	uint64_t key = cis_hash64(cause, strlen(cause), 0x10c);
 	uint64_t now = cis_mono_ms();
@@ -146,7 +146,8 @@ void cis_log_limited(enum cis_log_level level, const char *cause, int interval_s
 		return;
 	suffix[0] = 0;
 	if (suppressed)
-		snprintf(suffix, sizeof(suffix), " suppressed=%llu", (unsigned long long)suppressed);
+		snprintf(suffix, sizeof(suffix), " suppressed=%llu",
+		         (unsigned long long)suppressed);
 	va_start(ap, fields_fmt);
 	vlog(level, msg, suffix, fields_fmt, ap);
 	va_end(ap);

@@ -22,8 +22,8 @@ size_t cis_place(cis_block_id id, const uint64_t *worker_ids, size_t n, size_t *
 		uint64_t w = cis_place_weight(id, worker_ids[i]);
 		size_t pos = have;
 
-		while (pos > 0 && (best[pos - 1] < w ||
-				   (best[pos - 1] == w && worker_ids[out[pos - 1]] > worker_ids[i])))
+		while (pos > 0 && (best[pos - 1] < w || (best[pos - 1] == w &&
+		                                         worker_ids[out[pos - 1]] > worker_ids[i])))
 			pos--;
 		if (pos >= nout)
 			continue;

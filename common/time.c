@@ -22,7 +22,8 @@ int64_t cis_wall_ns(void)
 
 void cis_sleep_ms(uint64_t ms)
 {
-	struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+	struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+	                      .tv_nsec = (long)(ms % 1000) * 1000000};
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
 	}
@@ -36,5 +37,5 @@ void cis_fmt_rfc3339(int64_t wall_ns, char *out, size_t outlen)
 
 	gmtime_r(&secs, &tm);
 	snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 }
