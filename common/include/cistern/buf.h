@@ -12,7 +12,10 @@ typedef struct cis_buf {
 	size_t cap;
 } cis_buf;
 
-#define CIS_BUF_INIT {NULL, 0, 0}
+#define CIS_BUF_INIT                                                                               \
+	{                                                                                          \
+		NULL, 0, 0                                                                         \
+	}
 
 void cis_buf_init(cis_buf *b);
 /* Frees the memory; b is empty and reusable afterwards. */

@@ -18,16 +18,19 @@
 #include "cistern/error.h"
 
 typedef struct cis_opt {
-	const char *name;  /* "rpc-port" */
-	const char *arg;   /* placeholder shown in help ("N"); NULL for a switch */
-	const char *def;   /* default value, or NULL */
-	const char *help;  /* one line */
-	bool multi;	   /* may be given more than once */
-	char short_name;   /* 'f' for -f, or 0 */
+	const char *name; /* "rpc-port" */
+	const char *arg;  /* placeholder shown in help ("N"); NULL for a switch */
+	const char *def;  /* default value, or NULL */
+	const char *help; /* one line */
+	bool multi;       /* may be given more than once */
+	char short_name;  /* 'f' for -f, or 0 */
 } cis_opt;
 
 /* Terminate option tables with CIS_OPT_END. */
-#define CIS_OPT_END {NULL, NULL, NULL, NULL, false, 0}
+#define CIS_OPT_END                                                                                \
+	{                                                                                          \
+		NULL, NULL, NULL, NULL, false, 0                                                   \
+	}
 
 typedef struct cis_config cis_config;
 
@@ -38,7 +41,7 @@ typedef struct cis_config cis_config;
  * not printed: call cis_config_usage); or -CIS_E_CONFIG with em saying
  * what is wrong (unknown flag, missing value, unreadable file, bad line). */
 int cis_config_load(cis_config **out, const cis_opt *opts, const char *env_prefix, int argc,
-		    char **argv, int first, cis_errmsg *em);
+                    char **argv, int first, cis_errmsg *em);
 void cis_config_free(cis_config *cfg);
 
 /* Print a usage text: synopsis line, then each option with its help. */
@@ -51,12 +54,11 @@ bool cis_config_is_set(const cis_config *cfg, const char *name);
 /* A switch or boolean: true for "1", "true", "yes", "on" or a bare flag. */
 bool cis_config_bool(const cis_config *cfg, const char *name);
 /* 0, -ENOENT when unset with no default, or -CIS_E_CONFIG (em says). */
-int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t max,
-		   int64_t *out, cis_errmsg *em);
+int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t max, int64_t *out,
+                   cis_errmsg *em);
 int cis_config_size(const cis_config *cfg, const char *name, uint64_t *out, cis_errmsg *em);
 /* Seconds with an optional unit: 300, 5m, 1h, 500ms, 2d. Result in ms. */
-int cis_config_duration_ms(const cis_config *cfg, const char *name, uint64_t *out,
-			   cis_errmsg *em);
+int cis_config_duration_ms(const cis_config *cfg, const char *name, uint64_t *out, cis_errmsg *em);
 /* Values of a multi option in order; *vals borrowed from cfg. */
 size_t cis_config_multi(const cis_config *cfg, const char *name, const char *const **vals);
 

@@ -21,7 +21,7 @@
 
 #include "cistern/error.h"
 
-#define CIS_FRAME_MAGIC	   0xC157
+#define CIS_FRAME_MAGIC    0xC157
 #define CIS_FRAME_VERSION  1
 #define CIS_FRAME_HDR_LEN  24
 #define CIS_FRAME_MAX_MSG  (4u << 20)  /* protobuf part */
@@ -55,7 +55,7 @@ int cis_frame_hdr_decode(const uint8_t *in, size_t len, cis_frame_hdr *h);
  * input cannot make it allocate without limit. *out is the caller's
  * (protobuf_c_message_free_unpacked(*out, NULL)). 0 or -CIS_E_PROTO. */
 int cis_msg_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-		   ProtobufCMessage **out);
+                   ProtobufCMessage **out);
 
 /* Pack msg into a malloc'd buffer (*out, *len). 0, -ENOMEM or -CIS_E_TOOBIG. */
 int cis_msg_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);

@@ -20,7 +20,7 @@ typedef struct cis_block_id {
 #define CIS_BLOCK_ID_HEX 33 /* 32 hex digits and the NUL */
 
 cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
-			       uint64_t index);
+                               uint64_t index);
 /* 32 lowercase hex digits. out must hold CIS_BLOCK_ID_HEX bytes. */
 void cis_block_id_fmt(cis_block_id id, char *out);
 /* 0, or -EINVAL unless s is exactly 32 hex digits. */

@@ -27,9 +27,9 @@ typedef void (*cis_http_handler_fn)(void *ctx, cis_http_req *req);
 typedef bool (*cis_http_ready_fn)(void *ctx, cis_buf *why);
 
 typedef struct cis_http_server_opts {
-	const char *bind_addr; /* "0.0.0.0" */
-	uint16_t port;	       /* 0: any free port (cis_http_server_port) */
-	size_t max_body;       /* 0: 1 MiB */
+	const char *bind_addr;       /* "0.0.0.0" */
+	uint16_t port;               /* 0: any free port (cis_http_server_port) */
+	size_t max_body;             /* 0: 1 MiB */
 	struct cis_metrics *metrics; /* served at /metrics, or NULL */
 	cis_http_ready_fn ready;     /* NULL: always ready */
 	void *ready_ctx;
@@ -40,8 +40,8 @@ typedef struct cis_http_server_opts {
 int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out, cis_errmsg *em);
 /* method: "GET", "POST", "PUT", "DELETE". path: "/api/v1/mounts" exact, or
  * "/api/v1/jobs/" to match everything below it. Before start only. */
-int cis_http_route(cis_http_server *s, const char *method, const char *path,
-		   cis_http_handler_fn fn, void *ctx);
+int cis_http_route(cis_http_server *s, const char *method, const char *path, cis_http_handler_fn fn,
+                   void *ctx);
 int cis_http_server_start(cis_http_server *s);
 uint16_t cis_http_server_port(const cis_http_server *s);
 void cis_http_server_free(cis_http_server *s);
@@ -58,11 +58,11 @@ json_t *cis_http_req_json(cis_http_req *r);
 
 /* Replies (exactly one per request). The _json variant steals body. */
 void cis_http_reply_json(cis_http_req *r, int status, json_t *body);
-void cis_http_reply_text(cis_http_req *r, int status, const char *content_type,
-			 const char *body, size_t len);
+void cis_http_reply_text(cis_http_req *r, int status, const char *content_type, const char *body,
+                         size_t len);
 /* {"error": "<formatted>"} with status. */
 void cis_http_reply_error(cis_http_req *r, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* Maps a Cistern code to an HTTP status (-ENOENT 404, -EINVAL 400,
  * -EEXIST 409, -CIS_E_DENIED 403, store failures 502, ...) and replies
  * with the message. */
@@ -76,6 +76,6 @@ void cis_http_reply_code(cis_http_req *r, int code, const char *msg);
  * failures: -ECONNREFUSED / -ETIMEDOUT / -CIS_E_CLOSED with em saying
  * "cannot reach master at 127.0.0.1:19601: connection refused". */
 int cis_http_call(const char *base_url, const char *method, const char *path, const json_t *body,
-		  int timeout_ms, long *status, json_t **out, cis_errmsg *em);
+                  int timeout_ms, long *status, json_t **out, cis_errmsg *em);
 
 #endif

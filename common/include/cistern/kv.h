@@ -17,7 +17,10 @@ typedef struct cis_kvlist {
 	size_t cap;
 } cis_kvlist;
 
-#define CIS_KVLIST_INIT {NULL, 0, 0}
+#define CIS_KVLIST_INIT                                                                            \
+	{                                                                                          \
+		NULL, 0, 0                                                                         \
+	}
 
 void cis_kvlist_free(cis_kvlist *l);
 /* Copies key and value. 0 or -ENOMEM. */

@@ -19,14 +19,14 @@ bool cis_log_enabled(enum cis_log_level level);
 
 /* fields_fmt may be NULL for none. */
 void cis_log(enum cis_log_level level, const char *msg, const char *fields_fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Like cis_log, but a given cause (any stable string, such as
  * "enospc:/nvme0") is printed at most once per interval_s seconds; the
  * suppressed count is added to the next line printed for it. Use it where
  * one fault would otherwise log once per request. */
 void cis_log_limited(enum cis_log_level level, const char *cause, int interval_s, const char *msg,
-		     const char *fields_fmt, ...) __attribute__((format(printf, 5, 6)));
+                     const char *fields_fmt, ...) __attribute__((format(printf, 5, 6)));
 
 #define cis_debug(msg, ...) cis_log(CIS_LOG_DEBUG, msg, __VA_ARGS__)
 #define cis_info(msg, ...)  cis_log(CIS_LOG_INFO, msg, __VA_ARGS__)

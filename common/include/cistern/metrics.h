@@ -21,16 +21,16 @@ void cis_metrics_free(cis_metrics *m);
  * "path=\"remote\"". Series of one name share help text and type. The
  * returned pointers live as long as the registry. NULL only on ENOMEM. */
 cis_counter *cis_metrics_counter(cis_metrics *m, const char *name, const char *labels,
-				 const char *help);
+                                 const char *help);
 cis_gauge *cis_metrics_gauge(cis_metrics *m, const char *name, const char *labels,
-			     const char *help);
+                             const char *help);
 /* A gauge computed when scraped. fn is called from the HTTP thread. */
 int cis_metrics_gauge_fn(cis_metrics *m, const char *name, const char *labels, const char *help,
-			 double (*fn)(void *arg), void *arg);
+                         double (*fn)(void *arg), void *arg);
 /* Buckets in seconds, ascending; NULL for the default latency buckets
  * (100us .. 10s). */
 cis_histogram *cis_metrics_histogram(cis_metrics *m, const char *name, const char *labels,
-				     const char *help, const double *buckets, int nbuckets);
+                                     const char *help, const double *buckets, int nbuckets);
 
 void cis_counter_add(cis_counter *c, uint64_t n);
 static inline void cis_counter_inc(cis_counter *c)

@@ -23,8 +23,8 @@ enum cis_msgtype {
 
 	/* 200..299: worker RPC (worker.proto) */
 	CIS_MSG_WORKER_FIRST = 200,
-	CIS_MSG_WORKER_READ_BLOCK = 200,    /* ReadBlockRequest -> ReadBlockReply + data, streamed */
-	CIS_MSG_WORKER_OPEN_LOCAL = 201,    /* OpenLocalRequest -> OpenLocalReply + fd (Unix) */
+	CIS_MSG_WORKER_READ_BLOCK = 200, /* ReadBlockRequest -> ReadBlockReply + data, streamed */
+	CIS_MSG_WORKER_OPEN_LOCAL = 201, /* OpenLocalRequest -> OpenLocalReply + fd (Unix) */
 	CIS_MSG_WORKER_RELEASE_LOCAL = 202, /* LeaseRequest -> LeaseReply */
 	CIS_MSG_WORKER_RENEW_LOCAL = 203,   /* LeaseRequest -> LeaseReply */
 	CIS_MSG_WORKER_PREFETCH = 204,      /* PrefetchRequest -> PrefetchReply (at once) */

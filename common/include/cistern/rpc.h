@@ -38,18 +38,18 @@ typedef struct cis_rpc_conn cis_rpc_conn;
  * bytes) is valid only during the call; data holds hdr->data_len bytes the
  * handler may drain or leave (the server discards what is left). */
 typedef void (*cis_rpc_handler_fn)(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
-				   const uint8_t *msg, struct evbuffer *data);
+                                   const uint8_t *msg, struct evbuffer *data);
 
 typedef struct cis_rpc_server_opts {
-	const char *bind_addr;	/* TCP address, e.g. "0.0.0.0"; NULL for no TCP */
-	uint16_t port;		/* 0 with bind_addr: any free port (see cis_rpc_server_port) */
-	const char *unix_path;	/* Unix socket path, or NULL; replaced if stale */
-	int io_threads;		/* >= 1 */
-	const char *name;	/* for logs and metrics: "master", "worker" */
+	const char *bind_addr; /* TCP address, e.g. "0.0.0.0"; NULL for no TCP */
+	uint16_t port;         /* 0 with bind_addr: any free port (see cis_rpc_server_port) */
+	const char *unix_path; /* Unix socket path, or NULL; replaced if stale */
+	int io_threads;        /* >= 1 */
+	const char *name;      /* for logs and metrics: "master", "worker" */
 	cis_rpc_handler_fn handler;
 	void *ctx;
-	size_t max_conns;	/* 0: 4096 */
-	int idle_timeout_ms;	/* 0: none */
+	size_t max_conns;    /* 0: 4096 */
+	int idle_timeout_ms; /* 0: none */
 } cis_rpc_server_opts;
 
 /* Bind the listeners (fails fast on EADDRINUSE with em saying which
@@ -74,21 +74,21 @@ int cis_rpc_conn_peer_uid(const cis_rpc_conn *c);
 /* Replies; all thread-safe. flags may add CIS_FRAME_MORE for all but the
  * last frame of a streamed reply. type is the request's type. */
 int cis_rpc_reply(cis_rpc_conn *c, const cis_frame_hdr *req, const ProtobufCMessage *msg,
-		  uint8_t flags);
+                  uint8_t flags);
 /* msg then len bytes copied from data. */
 int cis_rpc_reply_data(cis_rpc_conn *c, const cis_frame_hdr *req, const ProtobufCMessage *msg,
-		       const void *data, size_t len, uint8_t flags);
+                       const void *data, size_t len, uint8_t flags);
 /* msg then len bytes of fd from off, sent without copying through user
  * space (sendfile). fd stays the caller's; it may be closed after the call. */
 int cis_rpc_reply_file(cis_rpc_conn *c, const cis_frame_hdr *req, const ProtobufCMessage *msg,
-		       int fd, off_t off, size_t len, uint8_t flags);
+                       int fd, off_t off, size_t len, uint8_t flags);
 /* msg with fd passed to the peer (SCM_RIGHTS). Unix connections only
  * (-EOPNOTSUPP otherwise). fd stays the caller's. */
 int cis_rpc_reply_fd(cis_rpc_conn *c, const cis_frame_hdr *req, const ProtobufCMessage *msg,
-		     int fd);
+                     int fd);
 /* An ErrorReply with code (negative, as everywhere) and message. */
 int cis_rpc_reply_error(cis_rpc_conn *c, const cis_frame_hdr *req, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- client ---- */
 
@@ -98,9 +98,9 @@ typedef struct cis_rpc_client_opts {
 	const char *host; /* TCP host, or NULL with unix_path */
 	uint16_t port;
 	const char *unix_path;
-	const char *name;	 /* sent in HELLO: "cistern-fuse" */
-	int connect_timeout_ms;	 /* 0: 3000 */
-	int call_timeout_ms;	 /* default per call; 0: 30000 */
+	const char *name;       /* sent in HELLO: "cistern-fuse" */
+	int connect_timeout_ms; /* 0: 3000 */
+	int call_timeout_ms;    /* default per call; 0: 30000 */
 } cis_rpc_client_opts;
 
 /* A reply: the header, the message bytes (unpack with cis_msg_unpack) and
@@ -124,16 +124,16 @@ void cis_rpc_client_free(cis_rpc_client *c);
  * message); a broken connection -CIS_E_CLOSED; a timeout -ETIMEDOUT;
  * cannot connect -ECONNREFUSED or -EHOSTUNREACH or the like. */
 int cis_rpc_call(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req, const void *data,
-		 size_t data_len, cis_rpc_result *res, int timeout_ms, cis_errmsg *em);
+                 size_t data_len, cis_rpc_result *res, int timeout_ms, cis_errmsg *em);
 
 /* Like cis_rpc_call for replies streamed over several frames: each frame
  * is passed to fn (data valid during the call) until the one without
  * CIS_FRAME_MORE. fn returns 0 to go on, negative to abandon the request
  * (the rest of its frames are discarded when they come). */
 typedef int (*cis_rpc_frame_fn)(void *arg, const cis_frame_hdr *hdr, const uint8_t *msg,
-				const uint8_t *data);
+                                const uint8_t *data);
 int cis_rpc_call_stream(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req,
-			cis_rpc_frame_fn fn, void *arg, int timeout_ms, cis_errmsg *em);
+                        cis_rpc_frame_fn fn, void *arg, int timeout_ms, cis_errmsg *em);
 
 void cis_rpc_result_free(cis_rpc_result *r);
 
