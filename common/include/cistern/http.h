@@ -78,4 +78,14 @@ void cis_http_reply_code(cis_http_req *r, int code, const char *msg);
 int cis_http_call(const char *base_url, const char *method, const char *path, const json_t *body,
                   int timeout_ms, long *status, json_t **out, cis_errmsg *em);
 
+/* For fuzz targets and tests: connect to 127.0.0.1:port, write len raw
+ * bytes (an HTTP request, well formed or not), shut down the write side
+ * and read until the server closes or 2 s pass. Lets a libFuzzer target
+ * drive a real server started once on an ephemeral port:
+ *   static uint16_t port; if (!port) { ...new, route, start...; port = ...; }
+ *   cis_http_fuzz_roundtrip(port, data, size);
+ * The number of reply bytes read (>= 0), or -errno when the connection
+ * could not be made. */
+int cis_http_fuzz_roundtrip(uint16_t port, const uint8_t *data, size_t len);
+
 #endif
