@@ -419,13 +419,13 @@ static int posix_read(void *state, const char *path, const char *version, uint64
 		if (r == 0)
 			break; /* end of file */
 		err = sink(arg, buf, (size_t)r);
+		done += (uint64_t)r; /* handed over, even if the sink then refused */
+		*got = done;
 		if (err) {
 			cis_fail(em, err, "file://%s/%s: read aborted by the receiver: %s",
 			         root_shown(s), path, cis_strerror(err));
 			goto out_free;
 		}
-		done += (uint64_t)r;
-		*got = done;
 	}
 	/* With a version asked for, the bytes must all be of that version: a
 	 * file rewritten in place while we read is reported, not mixed. */

@@ -128,7 +128,7 @@ int cis_ufs_open(const char *uri, const cis_kvlist *options, cis_ufs **out, cis_
 {
 	char scheme[UFS_SCHEME_MAX];
 	const cis_ufs_ops *ops = NULL;
-	const char *rest;
+	const char *rest = NULL;
 	cis_ufs *u;
 	int err;
 
