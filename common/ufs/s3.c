@@ -1,0 +1,1462 @@
+/* The S3 under-store connector: the cis_ufs_ops backend for "s3://".
+ *
+ * One struct s3 per opened URI holds the frozen configuration, a CURLSH
+ * share (connections, DNS, TLS sessions; locked with one mutex per data
+ * kind) and a small pool of idle easy handles. Each call takes a handle
+ * from the pool, so any number of threads may call in at once and still
+ * reuse warm connections. Every request is signed (SigV4) afresh on each
+ * attempt and retried with full-jitter exponential backoff on 5xx, 429 and
+ * network failures, never on other 4xx, and never once a read has handed
+ * bytes to its sink. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <libxml/parser.h>
+#include <libxml/entities.h>
+#include <openssl/crypto.h>
+
+#include "cistern/buf.h"
+#include "cistern/log.h"
+#include "cistern/time.h"
+#include "cistern/ufs_backend.h"
+#include "s3_sigv4.h"
+#include "s3_xml.h"
+
+#define POOL_MAX       32 /* idle easy handles kept per connector */
+#define RETRY_ATTEMPTS 5  /* tries per request, the first included */
+#define RETRY_BASE_MS  50
+#define RETRY_CAP_MS   2000
+#define ERRBODY_MAX    (1u << 20)   /* an error or small reply body */
+#define PART_MIN       (5ull << 20) /* S3's smallest non-final part */
+#define PART_MAX       (1ull << 30) /* one part is held in memory */
+#define PART_DEFAULT   (8ull << 20)
+#define PARTS_MAX      10000 /* S3's limit on parts per upload */
+#define CREDS_FILE_MAX (1u << 20)
+#define LIST_MAX_KEYS  1000
+
+struct s3 {
+	char *bucket;
+	char *prefix; /* root prefix without slashes at either end; "" for none */
+	char *scheme; /* "https" or "http" */
+	char *host;   /* endpoint host[:port], as the Host header says it */
+	bool path_style;
+	char *region;
+	char *access_key; /* NULL: anonymous requests, unsigned */
+	char *secret_key;
+	char *session_token;
+	char *ca_bundle;
+	bool verify_tls;
+	uint64_t part_size;
+	long timeout_s;
+	long connect_timeout_s;
+
+	CURLSH *share;
+	pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+	pthread_mutex_t pool_lock;
+	CURL *pool[POOL_MAX];
+	size_t pool_n;
+};
+
+/* One HTTP exchange, over all its attempts. */
+struct req {
+	const char *method;
+	const char *key; /* full object key, NULL for the bucket itself */
+	cis_kvlist query;
+	cis_kvlist hdrs; /* extra request headers, lower-case names */
+	const char *body;
+	size_t body_len;
+	const char *payload_hash;
+	size_t body_max; /* largest reply body kept in resp */
+
+	/* Streaming reads: 2xx bodies go to sink. For a 200 to a ranged
+	 * request (a server that ignored Range) only [win_off, win_off +
+	 * win_len) of the stream is delivered. */
+	cis_ufs_sink_fn sink;
+	void *sink_arg;
+	bool ranged;
+	uint64_t win_off, win_len;
+
+	/* Per attempt. */
+	long status;
+	cis_buf resp;
+	char etag[CIS_S3_ETAG_MAX];
+	int64_t mtime_ns;
+	uint64_t content_length;
+	bool have_cl;
+	uint64_t stream_pos;
+	size_t up_pos;
+	bool too_big;
+	bool window_done;
+
+	/* Over all attempts. */
+	uint64_t delivered;
+	int sink_rc;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	xmlInitParser();
+}
+
+/* ---- small helpers ---- */
+
+static char *dup_or_null(const char *s)
+{
+	return s && s[0] ? strdup(s) : NULL;
+}
+
+static void free_secret(char *s)
+{
+	if (s) {
+		OPENSSL_cleanse(s, strlen(s));
+		free(s);
+	}
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes") ||
+	    !strcasecmp(v, "on"))
+		*out = true;
+	else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no") ||
+	         !strcasecmp(v, "off"))
+		*out = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* "8M", "8MiB", "16777216", "1G": bytes. */
+static int parse_size(const char *v, uint64_t *out)
+{
+	char *end;
+	uint64_t mul = 1;
+
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (errno || end == v || *v == '-')
+		return -EINVAL;
+	switch (toupper((unsigned char)*end)) {
+	case 0:
+		break;
+	case 'K':
+		mul = 1ull << 10;
+		break;
+	case 'M':
+		mul = 1ull << 20;
+		break;
+	case 'G':
+		mul = 1ull << 30;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*end && end[1] && strcasecmp(end + 1, "iB") && strcasecmp(end + 1, "B"))
+		return -EINVAL;
+	if (n > UINT64_MAX / mul)
+		return -EINVAL;
+	*out = n * mul;
+	return 0;
+}
+
+static int parse_seconds(const char *v, long *out)
+{
+	char *end;
+
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n <= 0 || n > 86400)
+		return -EINVAL;
+	*out = n;
+	return 0;
+}
+
+/* The key for a path under the root prefix, malloc'd; NULL on -ENOMEM. */
+static char *full_key(const struct s3 *s, const char *path)
+{
+	cis_buf b = CIS_BUF_INIT;
+
+	if (!path)
+		path = "";
+	if (cis_buf_printf(&b, "%s%s%s", s->prefix, s->prefix[0] && path[0] ? "/" : "", path))
+		return NULL;
+	return cis_buf_steal(&b);
+}
+
+/* "s3://bucket/key" for messages; never carries credentials. */
+static void what_of(const struct s3 *s, const char *key, char *out, size_t n)
+{
+	snprintf(out, n, "s3://%s%s%s", s->bucket, key && key[0] ? "/" : "", key ? key : "");
+}
+
+static void backoff(int attempt)
+{
+	uint64_t cap = RETRY_BASE_MS << (attempt < 16 ? attempt : 16);
+	uint32_t r;
+
+	if (cap > RETRY_CAP_MS)
+		cap = RETRY_CAP_MS;
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+		r = (uint32_t)cis_mono_ns();
+	/* Full jitter: anywhere in [0, cap], so many clients spread out. */
+	cis_sleep_ms(r % (cap + 1));
+}
+
+/* ---- curl plumbing ---- */
+
+static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *u)
+{
+	struct s3 *s = u;
+	(void)h;
+	(void)a;
+	pthread_mutex_lock(&s->share_locks[d]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data d, void *u)
+{
+	struct s3 *s = u;
+	(void)h;
+	pthread_mutex_unlock(&s->share_locks[d]);
+}
+
+static CURL *pool_get(struct s3 *s)
+{
+	CURL *h = NULL;
+
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->pool_n)
+		h = s->pool[--s->pool_n];
+	pthread_mutex_unlock(&s->pool_lock);
+	return h ? h : curl_easy_init();
+}
+
+static void pool_put(struct s3 *s, CURL *h)
+{
+	curl_easy_reset(h);
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->pool_n < POOL_MAX) {
+		s->pool[s->pool_n++] = h;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	if (h)
+		curl_easy_cleanup(h);
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t len = sz * n;
+	char line[CIS_S3_ETAG_MAX + 32];
+
+	/* Lines of interest are short; a longer one is copied cut. */
+	size_t l = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
+	memcpy(line, p, l);
+	line[l] = 0;
+	while (l && (line[l - 1] == '\r' || line[l - 1] == '\n' || line[l - 1] == ' '))
+		line[--l] = 0;
+	if (!strncmp(line, "HTTP/", 5)) {
+		/* A new response (after a 100 Continue too): forget the last. */
+		const char *sp = strchr(line, ' ');
+		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		r->etag[0] = 0;
+		r->have_cl = false;
+		r->mtime_ns = 0;
+		return len;
+	}
+	char *colon = strchr(line, ':');
+	if (!colon)
+		return len;
+	*colon = 0;
+	char *v = colon + 1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	if (!strcasecmp(line, "etag")) {
+		snprintf(r->etag, sizeof(r->etag), "%s", v);
+	} else if (!strcasecmp(line, "last-modified")) {
+		time_t t = curl_getdate(v, NULL);
+		r->mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+	} else if (!strcasecmp(line, "content-length")) {
+		char *end;
+		errno = 0;
+		unsigned long long cl = strtoull(v, &end, 10);
+		r->have_cl = !errno && end != v;
+		r->content_length = cl;
+	}
+	return len;
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t len = sz * n;
+
+	if (r->sink && r->status / 100 == 2) {
+		const char *d = p;
+		size_t dl = len;
+		if (r->ranged && r->status == 200) {
+			/* The server sent the whole object: clip to the window. */
+			uint64_t start = r->stream_pos, end = start + len;
+			uint64_t ws = r->win_off, we = r->win_off + r->win_len;
+			if (end <= ws || start >= we) {
+				dl = 0;
+			} else {
+				uint64_t a = start > ws ? start : ws, b = end < we ? end : we;
+				d = p + (a - start);
+				dl = (size_t)(b - a);
+			}
+		}
+		r->stream_pos += len;
+		if (dl) {
+			int rc = r->sink(r->sink_arg, d, dl);
+			if (rc) {
+				r->sink_rc = rc < 0 ? rc : -EIO;
+				return 0;
+			}
+			r->delivered += dl;
+		}
+		if (r->ranged && r->status == 200 && r->stream_pos >= r->win_off + r->win_len) {
+			r->window_done = true;
+			return 0; /* stop the download: the rest is not wanted */
+		}
+		return len;
+	}
+	if (r->resp.len + len > r->body_max) {
+		r->too_big = true;
+		return 0;
+	}
+	if (cis_buf_append(&r->resp, p, len))
+		return 0;
+	return len;
+}
+
+static size_t on_read(char *buf, size_t sz, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t room = sz * n, left = r->body_len - r->up_pos;
+	size_t k = left < room ? left : room;
+
+	if (k)
+		memcpy(buf, r->body + r->up_pos, k);
+	r->up_pos += k;
+	return k;
+}
+
+static int on_seek(void *arg, curl_off_t off, int origin)
+{
+	struct req *r = arg;
+
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->body_len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	r->up_pos = (size_t)off;
+	return CURL_SEEKFUNC_OK;
+}
+
+/* URL path (encoded) and Host for a key under the connector's bucket. */
+static int build_target(const struct s3 *s, const char *key, cis_buf *path, cis_buf *host)
+{
+	int rc;
+
+	if (s->path_style) {
+		rc = cis_buf_puts(host, s->host);
+		if (!rc)
+			rc = cis_buf_puts(path, "/");
+		if (!rc)
+			rc = cis_s3_uri_encode(path, s->bucket, strlen(s->bucket), false);
+		if (!rc && key)
+			rc = cis_buf_puts(path, "/");
+	} else {
+		rc = cis_buf_printf(host, "%s.%s", s->bucket, s->host);
+		if (!rc)
+			rc = cis_buf_puts(path, "/");
+	}
+	if (!rc && key)
+		rc = cis_s3_uri_encode(path, key, strlen(key), true);
+	return rc;
+}
+
+static bool curl_retryable(CURLcode cc)
+{
+	switch (cc) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* One attempt: sign, send, wait. *cc gets curl's result. 0, or -ENOMEM
+ * and -EINVAL for requests that cannot be built. */
+static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
+{
+	cis_buf path = CIS_BUF_INIT, host = CIS_BUF_INIT, url = CIS_BUF_INIT, q = CIS_BUF_INIT;
+	cis_kvlist h = CIS_KVLIST_INIT;
+	struct curl_slist *sl = NULL;
+	CURL *c = NULL;
+	int rc;
+
+	if ((rc = build_target(s, r->key, &path, &host)) ||
+	    (rc = cis_s3_canonical_query(&r->query, &q)))
+		goto out;
+	rc = cis_buf_printf(&url, "%s://%s%s%s%s", s->scheme, host.data, path.data,
+	                    q.len ? "?" : "", q.len ? q.data : "");
+	if (rc || (rc = cis_kvlist_copy(&h, &r->hdrs)) ||
+	    (rc = cis_kvlist_set(&h, "host", host.data)))
+		goto out;
+	if (s->access_key) {
+		time_t now = (time_t)(cis_wall_ns() / 1000000000);
+		rc = cis_s3_sign_headers(&h, r->method, path.data, &r->query, r->payload_hash,
+		                         s->access_key, s->secret_key, s->session_token, s->region,
+		                         now);
+		if (rc)
+			goto out;
+	}
+	for (size_t i = 0; i < h.n; i++) {
+		cis_buf line = CIS_BUF_INIT;
+		struct curl_slist *n;
+		if ((rc = cis_buf_printf(&line, "%s: %s", h.items[i].key, h.items[i].value)))
+			goto out;
+		n = curl_slist_append(sl, line.data);
+		cis_buf_free(&line);
+		if (!n) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		sl = n;
+	}
+	/* No "Expect: 100-continue" round trip: bodies are small or parts. */
+	struct curl_slist *n = curl_slist_append(sl, "Expect:");
+	if (!n) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	sl = n;
+
+	c = pool_get(s);
+	if (!c) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url.data);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
+	curl_easy_setopt(c, CURLOPT_SHARE, s->share);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, s->connect_timeout_s);
+	/* A stall, not a total, limit: a 5 GB read may take long but must
+	 * keep moving. Under 1 byte/s for timeout seconds aborts. */
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, s->timeout_s);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, s->verify_tls ? 1L : 0L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, s->verify_tls ? 2L : 0L);
+	if (s->ca_bundle)
+		curl_easy_setopt(c, CURLOPT_CAINFO, s->ca_bundle);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	if (!strcmp(r->method, "HEAD")) {
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	} else if (!strcmp(r->method, "PUT")) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+	} else if (!strcmp(r->method, "POST")) {
+		curl_easy_setopt(c, CURLOPT_POST, 1L);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+	} else if (strcmp(r->method, "GET")) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	if (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST")) {
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, r);
+		curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(c, CURLOPT_SEEKDATA, r);
+	}
+	*cc = curl_easy_perform(c);
+	pool_put(s, c);
+	rc = 0;
+out:
+	curl_slist_free_all(sl);
+	cis_kvlist_free(&h);
+	cis_buf_free(&path);
+	cis_buf_free(&host);
+	cis_buf_free(&url);
+	cis_buf_free(&q);
+	return rc;
+}
+
+static const char *status_code_name(long status)
+{
+	switch (status) {
+	case 400:
+		return "BadRequest";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "NotFound";
+	case 405:
+		return "MethodNotAllowed";
+	case 409:
+		return "Conflict";
+	case 412:
+		return "PreconditionFailed";
+	case 416:
+		return "InvalidRange";
+	case 429:
+		return "TooManyRequests";
+	case 503:
+		return "ServiceUnavailable";
+	default:
+		return status >= 500 ? "ServerError" : "Error";
+	}
+}
+
+/* The code and line for a non-2xx reply: "s3://b/k: 403 AccessDenied: Access Denied". */
+static int http_error(const struct req *r, const char *what, cis_errmsg *em)
+{
+	cis_s3_error e;
+	bool have = r->resp.len && cis_s3_xml_parse_error(r->resp.data, r->resp.len, &e) == 0;
+	const char *code = have && e.code[0] ? e.code : status_code_name(r->status);
+	const char *msg = have ? e.message : "";
+	const char *hint = "";
+	int err;
+
+	if (!strcmp(code, "NoSuchBucket")) {
+		err = -CIS_E_NOBUCKET;
+	} else if (r->status == 404) {
+		err = -ENOENT;
+	} else if (r->status == 401 || r->status == 403) {
+		err = -CIS_E_DENIED;
+		hint = " (check access_key and secret_key)";
+	} else if (r->status == 412) {
+		err = -CIS_E_CHANGED;
+	} else if (r->status == 301 || !strcmp(code, "AuthorizationHeaderMalformed")) {
+		err = -CIS_E_STORE;
+		hint = " (check region and endpoint)";
+	} else {
+		err = -CIS_E_STORE;
+	}
+	return cis_fail(em, err, "%s: %ld %s%s%s%s", what, r->status, code, msg[0] ? ": " : "", msg,
+	                hint);
+}
+
+/* Run r with retries. 0 on a 2xx reply (r->status, headers and body
+ * filled), else a code with em filled. */
+static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
+{
+	char what[600];
+
+	what_of(s, r->key, what, sizeof(what));
+	if (!r->payload_hash)
+		r->payload_hash = CIS_S3_EMPTY_SHA256;
+	if (!r->body_max)
+		r->body_max = ERRBODY_MAX;
+	for (int attempt = 0;; attempt++) {
+		CURLcode cc = CURLE_OK;
+		bool last = attempt + 1 >= RETRY_ATTEMPTS;
+		int rc;
+
+		r->status = 0;
+		cis_buf_reset(&r->resp);
+		r->etag[0] = 0;
+		r->have_cl = false;
+		r->mtime_ns = 0;
+		r->stream_pos = 0;
+		r->up_pos = 0;
+		r->too_big = false;
+		r->window_done = false;
+		rc = attempt_once(s, r, &cc);
+		if (rc)
+			return cis_fail(em, rc, "%s: cannot build request: %s", what,
+			                cis_strerror(rc));
+		if (r->sink_rc)
+			return cis_fail(em, r->sink_rc, "%s: read aborted by its consumer: %s",
+			                what, cis_strerror(r->sink_rc));
+		if (cc == CURLE_OK || (cc == CURLE_WRITE_ERROR && r->window_done)) {
+			if (r->status / 100 == 2)
+				return 0;
+			bool retry = r->status >= 500 || r->status == 429;
+			if (!retry || last || r->delivered)
+				return http_error(r, what, em);
+			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
+			                "uri=%s method=%s status=%ld attempt=%d", what, r->method,
+			                r->status, attempt + 1);
+		} else {
+			if (r->too_big)
+				return cis_fail(em, -CIS_E_STORE, "%s: reply body over %zu bytes",
+				                what, r->body_max);
+			if (r->delivered)
+				return cis_fail(em, -CIS_E_STORE,
+				                "%s: transfer failed after %" PRIu64 " bytes: %s",
+				                what, r->delivered, curl_easy_strerror(cc));
+			if (!curl_retryable(cc) || last)
+				return cis_fail(
+				    em, -CIS_E_STORE, "%s: %s%s", what, curl_easy_strerror(cc),
+				    last && curl_retryable(cc) ? " (after retries)" : "");
+			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
+			                "uri=%s method=%s error=\"%s\" attempt=%d", what, r->method,
+			                curl_easy_strerror(cc), attempt + 1);
+		}
+		backoff(attempt);
+	}
+}
+
+static void req_free(struct req *r)
+{
+	cis_kvlist_free(&r->query);
+	cis_kvlist_free(&r->hdrs);
+	cis_buf_free(&r->resp);
+}
+
+/* ---- credentials and options ---- */
+
+static void trim(char *s)
+{
+	size_t n = strlen(s);
+	char *b = s;
+
+	while (n && isspace((unsigned char)s[n - 1]))
+		s[--n] = 0;
+	while (*b && isspace((unsigned char)*b))
+		b++;
+	memmove(s, b, strlen(b) + 1);
+}
+
+/* Keys of [profile] in an AWS shared credentials file. Missing file or
+ * profile: 0 with nothing set. */
+static int read_creds_file(struct s3 *s, cis_errmsg *em)
+{
+	const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+	const char *profile = getenv("AWS_PROFILE");
+	const char *home = getenv("HOME");
+	char path[4096], line[4096];
+	char *ak = NULL, *sk = NULL, *tok = NULL;
+	bool in = false;
+	FILE *f;
+	struct stat sb;
+
+	if (!profile || !profile[0])
+		profile = "default";
+	if (file && file[0])
+		snprintf(path, sizeof(path), "%s", file);
+	else if (home && home[0])
+		snprintf(path, sizeof(path), "%s/.aws/credentials", home);
+	else
+		return 0;
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (fstat(fileno(f), &sb) || sb.st_size > CREDS_FILE_MAX) {
+		fclose(f);
+		return cis_fail(em, -CIS_E_CONFIG, "%s: unreadable or over %u bytes", path,
+		                CREDS_FILE_MAX);
+	}
+	while (fgets(line, sizeof(line), f)) {
+		trim(line);
+		if (line[0] == '[') {
+			char *e = strchr(line, ']');
+			if (e)
+				*e = 0;
+			trim(line + 1);
+			in = !strcmp(line + 1, profile);
+			continue;
+		}
+		char *eq = strchr(line, '=');
+		if (!in || !eq || line[0] == '#' || line[0] == ';')
+			continue;
+		*eq = 0;
+		trim(line);
+		trim(eq + 1);
+		char **dst = !strcmp(line, "aws_access_key_id")       ? &ak
+		             : !strcmp(line, "aws_secret_access_key") ? &sk
+		             : !strcmp(line, "aws_session_token")     ? &tok
+		                                                      : NULL;
+		if (dst) {
+			free_secret(*dst);
+			*dst = strdup(eq + 1);
+		}
+	}
+	OPENSSL_cleanse(line, sizeof(line));
+	fclose(f);
+	if (ak && ak[0] && sk && sk[0]) {
+		s->access_key = ak;
+		s->secret_key = sk;
+		s->session_token = tok && tok[0] ? tok : NULL;
+		if (!s->session_token)
+			free_secret(tok);
+		return 0;
+	}
+	free_secret(ak);
+	free_secret(sk);
+	free_secret(tok);
+	return 0;
+}
+
+/* Options first, then the environment, then the credentials file. */
+static int load_creds(struct s3 *s, const cis_kvlist *o, cis_errmsg *em)
+{
+	const char *ak = o ? cis_kvlist_get(o, "access_key") : NULL;
+	const char *sk = o ? cis_kvlist_get(o, "secret_key") : NULL;
+	const char *tok = o ? cis_kvlist_get(o, "session_token") : NULL;
+
+	if ((ak && ak[0]) != (sk && sk[0]))
+		return cis_fail(em, -CIS_E_CONFIG, "s3://%s: access_key and secret_key go together",
+		                s->bucket);
+	if (!(ak && ak[0])) {
+		ak = getenv("AWS_ACCESS_KEY_ID");
+		sk = getenv("AWS_SECRET_ACCESS_KEY");
+		tok = getenv("AWS_SESSION_TOKEN");
+	}
+	if (ak && ak[0] && sk && sk[0]) {
+		s->access_key = strdup(ak);
+		s->secret_key = strdup(sk);
+		s->session_token = dup_or_null(tok);
+		if (!s->access_key || !s->secret_key || (tok && tok[0] && !s->session_token))
+			return -ENOMEM;
+		return 0;
+	}
+	return read_creds_file(s, em);
+}
+
+static const char *opt(const cis_kvlist *o, const char *k)
+{
+	const char *v = o ? cis_kvlist_get(o, k) : NULL;
+	return v && v[0] ? v : NULL;
+}
+
+static int parse_endpoint(struct s3 *s, const char *endpoint, cis_errmsg *em)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, *user = NULL;
+	int rc = -CIS_E_CONFIG;
+
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, endpoint, 0) ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
+	    curl_url_get(u, CURLUPART_HOST, &host, 0)) {
+		cis_fail(em, rc, "endpoint %s: not a url", endpoint);
+		goto out;
+	}
+	curl_url_get(u, CURLUPART_PORT, &port, 0); /* absent when not given */
+	curl_url_get(u, CURLUPART_PATH, &path, 0);
+	if (!curl_url_get(u, CURLUPART_USER, &user, 0) && user) {
+		cis_fail(em, rc, "endpoint: credentials belong in access_key, not the url");
+		goto out;
+	}
+	if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
+		cis_fail(em, rc, "endpoint %s: scheme must be http or https", endpoint);
+		goto out;
+	}
+	if (path && strcmp(path, "/") && path[0]) {
+		cis_fail(em, rc, "endpoint %s: a path is not supported", endpoint);
+		goto out;
+	}
+	cis_buf hb = CIS_BUF_INIT;
+	if (cis_buf_printf(&hb, "%s%s%s", host, port ? ":" : "", port ? port : "")) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	s->host = cis_buf_steal(&hb);
+	s->scheme = strdup(scheme);
+	rc = s->host && s->scheme ? 0 : -ENOMEM;
+out:
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_free(path);
+	curl_free(user);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+static void s3_close(void *state)
+{
+	struct s3 *s = state;
+
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->pool_n; i++)
+		curl_easy_cleanup(s->pool[i]);
+	if (s->share)
+		curl_share_cleanup(s->share);
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&s->share_locks[i]);
+	pthread_mutex_destroy(&s->pool_lock);
+	free(s->bucket);
+	free(s->prefix);
+	free(s->scheme);
+	free(s->host);
+	free(s->region);
+	free_secret(s->access_key);
+	free_secret(s->secret_key);
+	free_secret(s->session_token);
+	free(s->ca_bundle);
+	free(s);
+}
+
+static bool bucket_name_ok(const char *b)
+{
+	size_t n = strlen(b);
+
+	if (n < 1 || n > 255)
+		return false;
+	for (const char *c = b; *c; c++) {
+		if (!isalnum((unsigned char)*c) && *c != '-' && *c != '.' && *c != '_')
+			return false;
+	}
+	return true;
+}
+
+static bool prefix_ok(const char *p)
+{
+	/* Components: not empty, not "." or "..". */
+	const char *c = p;
+
+	while (*c) {
+		const char *e = strchr(c, '/');
+		size_t n = e ? (size_t)(e - c) : strlen(c);
+		if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		c += n;
+		if (*c)
+			c++;
+	}
+	return true;
+}
+
+static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errmsg *em)
+{
+	struct s3 *s;
+	const char *v;
+	char endpoint[1024];
+	int rc = -ENOMEM;
+
+	*state = NULL;
+	pthread_once(&curl_once, curl_init_once);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&s->share_locks[i], NULL);
+	pthread_mutex_init(&s->pool_lock, NULL);
+
+	/* bucket[/prefix]. Never echo a "key:secret@" part into a message. */
+	const char *slash = strchr(rest, '/');
+	const char *at = strchr(rest, '@');
+	if (at && (!slash || at < slash)) {
+		rc = cis_fail(em, -CIS_E_URI,
+		              "s3 uri: credentials in the uri are not supported "
+		              "(use the access_key and secret_key options)");
+		goto out_fail;
+	}
+	s->bucket = slash ? strndup(rest, (size_t)(slash - rest)) : strdup(rest);
+	const char *pfx = slash ? slash + 1 : "";
+	while (*pfx == '/')
+		pfx++;
+	s->prefix = strdup(pfx);
+	if (!s->bucket || !s->prefix)
+		goto out_fail;
+	size_t pl = strlen(s->prefix);
+	while (pl && s->prefix[pl - 1] == '/')
+		s->prefix[--pl] = 0;
+	if (!bucket_name_ok(s->bucket)) {
+		rc = cis_fail(em, -CIS_E_URI, "s3://%s: bad bucket name", rest);
+		goto out_fail;
+	}
+	if (!prefix_ok(s->prefix) || strlen(s->prefix) > 1024) {
+		rc = cis_fail(em, -CIS_E_URI, "s3://%s: bad prefix", rest);
+		goto out_fail;
+	}
+
+	v = opt(o, "region");
+	if (!v)
+		v = getenv("AWS_REGION");
+	if (!v || !v[0])
+		v = getenv("AWS_DEFAULT_REGION");
+	s->region = strdup(v && v[0] ? v : "us-east-1");
+	if (!s->region)
+		goto out_fail;
+
+	bool custom = true;
+	v = opt(o, "endpoint");
+	if (!v)
+		v = getenv("AWS_ENDPOINT_URL_S3");
+	if (!v || !v[0])
+		v = getenv("AWS_ENDPOINT_URL");
+	if (!v || !v[0]) {
+		snprintf(endpoint, sizeof(endpoint), "https://s3.%s.amazonaws.com", s->region);
+		v = endpoint;
+		custom = false;
+	}
+	rc = parse_endpoint(s, v, em);
+	if (rc)
+		goto out_fail;
+
+	/* Path style by default off AWS: MinIO, s3rver, Ceph rarely have
+	 * wildcard DNS for bucket names. */
+	s->path_style = custom;
+	if ((v = opt(o, "path_style")) && parse_bool(v, &s->path_style)) {
+		rc = cis_fail(em, -CIS_E_CONFIG, "path_style=%s: want true or false", v);
+		goto out_fail;
+	}
+	s->verify_tls = true;
+	if ((v = opt(o, "verify_tls")) && parse_bool(v, &s->verify_tls)) {
+		rc = cis_fail(em, -CIS_E_CONFIG, "verify_tls=%s: want true or false", v);
+		goto out_fail;
+	}
+	if ((v = opt(o, "ca_bundle")) && !(s->ca_bundle = strdup(v)))
+		goto out_fail;
+	s->part_size = PART_DEFAULT;
+	if ((v = opt(o, "part_size")) &&
+	    (parse_size(v, &s->part_size) || s->part_size < PART_MIN || s->part_size > PART_MAX)) {
+		rc = cis_fail(em, -CIS_E_CONFIG, "part_size=%s: want 5M to 1G", v);
+		goto out_fail;
+	}
+	s->timeout_s = 60;
+	if ((v = opt(o, "timeout")) && parse_seconds(v, &s->timeout_s)) {
+		rc = cis_fail(em, -CIS_E_CONFIG, "timeout=%s: want seconds, 1 to 86400", v);
+		goto out_fail;
+	}
+	s->connect_timeout_s = 10;
+	if ((v = opt(o, "connect_timeout")) && parse_seconds(v, &s->connect_timeout_s)) {
+		rc = cis_fail(em, -CIS_E_CONFIG, "connect_timeout=%s: want seconds, 1 to 86400", v);
+		goto out_fail;
+	}
+	rc = load_creds(s, o, em);
+	if (rc) {
+		if (rc == -ENOMEM)
+			cis_fail(em, rc, "s3: out of memory");
+		goto out_fail;
+	}
+
+	s->share = curl_share_init();
+	if (!s->share) {
+		rc = cis_fail(em, -ENOMEM, "s3: cannot make a curl share handle");
+		goto out_fail;
+	}
+	curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, share_lock);
+	curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+	curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	*state = s;
+	return 0;
+
+out_fail:
+	if (rc == -ENOMEM && em && !em->text[0])
+		cis_fail(em, rc, "s3: out of memory");
+	s3_close(s);
+	return rc;
+}
+
+/* ---- operations ---- */
+
+/* One-key listing under prefix: *found when anything is there. */
+static int probe_prefix(struct s3 *s, const char *prefix, bool *found, cis_errmsg *em)
+{
+	struct req r = {.method = "GET", .body_max = CIS_S3_XML_MAX};
+	cis_s3_list l;
+	int rc;
+
+	*found = false;
+	if (cis_kvlist_set(&r.query, "list-type", "2") ||
+	    cis_kvlist_set(&r.query, "max-keys", "1") ||
+	    cis_kvlist_set(&r.query, "prefix", prefix)) {
+		req_free(&r);
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	}
+	rc = s3_do(s, &r, em);
+	if (rc == 0) {
+		rc = cis_s3_xml_parse_list(r.resp.data, r.resp.len, &l);
+		if (rc) {
+			char what[600];
+			what_of(s, prefix, what, sizeof(what));
+			rc = cis_fail(em, -CIS_E_STORE, "%s: malformed listing reply", what);
+		} else {
+			*found = l.n_objects || l.n_prefixes || l.key_count > 0;
+			cis_s3_list_free(&l);
+		}
+	}
+	req_free(&r);
+	return rc;
+}
+
+static int s3_check(void *state, cis_errmsg *em)
+{
+	struct s3 *s = state;
+	char *p = NULL;
+	bool found;
+	int rc;
+
+	if (s->prefix[0] && asprintf(&p, "%s/", s->prefix) < 0)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	rc = probe_prefix(s, p ? p : "", &found, em);
+	free(p);
+	return rc;
+}
+
+static int s3_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_errmsg *em)
+{
+	struct s3 *s = state;
+	struct req r = {.method = "HEAD"};
+	char *key, *dirp = NULL;
+	bool found;
+	int rc;
+
+	memset(st, 0, sizeof(*st));
+	if (!path[0]) {
+		/* The root always is a directory once the bucket answers. */
+		rc = s3_check(s, em);
+		if (!rc)
+			st->is_dir = true;
+		return rc;
+	}
+	key = full_key(s, path);
+	if (!key)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	r.key = key;
+	rc = s3_do(s, &r, em);
+	if (rc == 0) {
+		st->size = r.have_cl ? r.content_length : 0;
+		st->mtime_ns = r.mtime_ns;
+		snprintf(st->version, sizeof(st->version), "%s", r.etag);
+		goto out;
+	}
+	if (rc != -ENOENT)
+		goto out;
+	/* No object: a directory if anything sits under "key/". */
+	if (asprintf(&dirp, "%s/", key) < 0) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out;
+	}
+	cis_errmsg em2 = {{0}};
+	rc = probe_prefix(s, dirp, &found, &em2);
+	if (rc) {
+		if (em)
+			*em = em2;
+	} else if (found) {
+		st->is_dir = true;
+	} else {
+		char what[600];
+		what_of(s, key, what, sizeof(what));
+		rc = cis_fail(em, -ENOENT, "%s: no such object or directory", what);
+	}
+out:
+	free(dirp);
+	free(key);
+	req_free(&r);
+	return rc;
+}
+
+/* Add one entry to page; name is copied. */
+static int page_add(cis_ufs_page *page, size_t *cap, const char *name, size_t nlen, bool dir,
+                    const cis_s3_object *o)
+{
+	if (page->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		cis_ufs_entry *e = realloc(page->entries, nc * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		page->entries = e;
+		*cap = nc;
+	}
+	cis_ufs_entry *e = &page->entries[page->n];
+	memset(e, 0, sizeof(*e));
+	e->name = strndup(name, nlen);
+	if (!e->name)
+		return -ENOMEM;
+	e->st.is_dir = dir;
+	if (o) {
+		e->st.size = o->size;
+		e->st.mtime_ns = o->mtime_ns;
+		snprintf(e->st.version, sizeof(e->st.version), "%s", o->etag);
+	}
+	page->n++;
+	return 0;
+}
+
+/* Adds key (a full key under pfx) as an entry unless it names nothing
+ * listable: the directory marker itself, deeper keys, "." and "..". */
+static int add_key(cis_ufs_page *page, size_t *cap, const char *key, size_t plen, bool is_prefix,
+                   const cis_s3_object *o)
+{
+	const char *name = key + plen;
+	size_t n = strlen(name);
+	bool dir = is_prefix;
+
+	if (strlen(key) < plen)
+		return 0;
+	if (n && name[n - 1] == '/') { /* "name/": a common prefix or a marker key */
+		n--;
+		dir = true;
+	}
+	if (n == 0 || memchr(name, '/', n) || (n == 1 && name[0] == '.') ||
+	    (n == 2 && name[0] == '.' && name[1] == '.'))
+		return 0;
+	return page_add(page, cap, name, n, dir, dir ? NULL : o);
+}
+
+static int s3_list(void *state, const char *dir, const char *token, size_t max, cis_ufs_page *page,
+                   cis_errmsg *em)
+{
+	struct s3 *s = state;
+	struct req r = {.method = "GET", .body_max = CIS_S3_XML_MAX};
+	cis_s3_list l = {0};
+	char *base = full_key(s, dir), *pfx = NULL, maxs[24];
+	size_t cap = 0, io = 0, ip = 0, plen;
+	int rc;
+
+	memset(page, 0, sizeof(*page));
+	if (!base)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	if (asprintf(&pfx, "%s%s", base, base[0] ? "/" : "") < 0) {
+		free(base);
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	}
+	plen = strlen(pfx);
+	snprintf(maxs, sizeof(maxs), "%zu", max && max < LIST_MAX_KEYS ? max : LIST_MAX_KEYS);
+	if (cis_kvlist_set(&r.query, "list-type", "2") ||
+	    cis_kvlist_set(&r.query, "delimiter", "/") || cis_kvlist_set(&r.query, "prefix", pfx) ||
+	    cis_kvlist_set(&r.query, "max-keys", maxs) ||
+	    (token && token[0] && cis_kvlist_set(&r.query, "continuation-token", token))) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out;
+	}
+	rc = s3_do(s, &r, em);
+	if (rc)
+		goto out;
+	rc = cis_s3_xml_parse_list(r.resp.data, r.resp.len, &l);
+	if (rc) {
+		char what[600];
+		what_of(s, pfx, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE, "%s: malformed listing reply (%s)", what,
+		              cis_strerror(rc));
+		goto out;
+	}
+	/* Objects and prefixes each come sorted; merge them into key order. */
+	while (io < l.n_objects || ip < l.n_prefixes) {
+		bool take_obj = ip == l.n_prefixes ||
+		                (io < l.n_objects && strcmp(l.objects[io].key, l.prefixes[ip]) < 0);
+		if (take_obj) {
+			rc = add_key(page, &cap, l.objects[io].key, plen, false, &l.objects[io]);
+			io++;
+		} else {
+			rc = add_key(page, &cap, l.prefixes[ip], plen, true, NULL);
+			ip++;
+		}
+		if (rc) {
+			rc = cis_fail(em, rc, "s3: out of memory");
+			goto out;
+		}
+	}
+	if (l.truncated && !(page->next_token = strdup(l.next_token))) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc) {
+		for (size_t i = 0; i < page->n; i++)
+			free(page->entries[i].name);
+		free(page->entries);
+		free(page->next_token);
+		memset(page, 0, sizeof(*page));
+	}
+	cis_s3_list_free(&l);
+	req_free(&r);
+	free(pfx);
+	free(base);
+	return rc;
+}
+
+static int s3_read(void *state, const char *path, const char *version, uint64_t off, uint64_t len,
+                   cis_ufs_sink_fn sink, void *arg, uint64_t *got, cis_errmsg *em)
+{
+	struct s3 *s = state;
+	struct req r = {.method = "GET", .sink = sink, .sink_arg = arg, .ranged = true};
+	char range[64];
+	char *key;
+	int rc;
+
+	if (got)
+		*got = 0;
+	if (len == 0)
+		return 0;
+	key = full_key(s, path);
+	if (!key)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	r.key = key;
+	uint64_t last = len - 1 > UINT64_MAX - 1 - off ? UINT64_MAX - 1 : off + len - 1;
+	snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, last);
+	r.win_off = off;
+	r.win_len = last - off + 1;
+	if (cis_kvlist_set(&r.hdrs, "range", range) ||
+	    (version && version[0] && cis_kvlist_set(&r.hdrs, "if-match", version))) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out;
+	}
+	rc = s3_do(s, &r, em);
+	if (rc == -CIS_E_STORE && r.status == 416) {
+		/* Starting at or past the end: no bytes, not an error. */
+		rc = 0;
+		cis_fail(em, 0, "%s", "");
+		goto out;
+	}
+	if (rc == 0 && r.status == 206 && r.have_cl && r.delivered != r.content_length) {
+		char what[600];
+		what_of(s, key, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE, "%s: short read: %" PRIu64 " of %" PRIu64 " bytes",
+		              what, r.delivered, r.content_length);
+	}
+out:
+	if (got)
+		*got = r.delivered;
+	free(key);
+	req_free(&r);
+	return rc;
+}
+
+/* Read exactly n bytes from fd into buf: 0, or -EIO at an early end. */
+static int read_full(int fd, char *buf, size_t n, const char *what, cis_errmsg *em)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t k = read(fd, buf + done, n - done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return cis_fail(em, -errno, "%s: read from source: %s", what,
+			                strerror(errno));
+		if (k == 0)
+			return cis_fail(em, -EIO, "%s: source ended after %zu of %zu bytes", what,
+			                done, n);
+		done += (size_t)k;
+	}
+	return 0;
+}
+
+static int put_buf(struct s3 *s, const char *key, const char *data, size_t n, cis_errmsg *em)
+{
+	char hash[CIS_S3_SHA256_HEX];
+	struct req r = {.method = "PUT", .key = key, .body = data, .body_len = n};
+	int rc;
+
+	cis_s3_sha256_hex(data, n, hash);
+	r.payload_hash = hash;
+	rc = s3_do(s, &r, em);
+	req_free(&r);
+	return rc;
+}
+
+static void abort_upload(struct s3 *s, const char *key, const char *upload_id)
+{
+	struct req r = {.method = "DELETE", .key = key};
+	cis_errmsg em = {{0}};
+
+	if (!cis_kvlist_set(&r.query, "uploadId", upload_id) && s3_do(s, &r, &em))
+		cis_log(CIS_LOG_WARN, "s3 multipart abort failed", "error=\"%s\"", em.text);
+	req_free(&r);
+}
+
+static int multipart(struct s3 *s, const char *key, int fd, uint64_t size, cis_errmsg *em)
+{
+	char what[600], hash[CIS_S3_SHA256_HEX], pn[24];
+	struct req r = {.method = "POST", .key = key};
+	uint64_t ps = s->part_size;
+	char *upload_id = NULL, *buf = NULL, **etags = NULL;
+	cis_buf xml = CIS_BUF_INIT;
+	size_t nparts;
+	int rc;
+
+	what_of(s, key, what, sizeof(what));
+	if (size / ps >= PARTS_MAX) /* grow parts so that at most 10000 are needed */
+		ps = ((size + PARTS_MAX - 1) / PARTS_MAX + (1u << 20) - 1) & ~((1ull << 20) - 1);
+	if (ps > PART_MAX * 5)
+		return cis_fail(em, -CIS_E_TOOBIG, "%s: %" PRIu64 " bytes is too large", what,
+		                size);
+	nparts = (size_t)((size + ps - 1) / ps);
+	buf = malloc(ps);
+	etags = calloc(nparts, sizeof(*etags));
+	if (!buf || !etags) {
+		rc = cis_fail(em, -ENOMEM, "%s: out of memory for a %" PRIu64 "-byte part", what,
+		              ps);
+		goto out;
+	}
+	if (cis_kvlist_set(&r.query, "uploads", "")) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out;
+	}
+	rc = s3_do(s, &r, em);
+	if (rc)
+		goto out;
+	if (cis_s3_xml_parse_upload_id(r.resp.data, r.resp.len, &upload_id)) {
+		rc = cis_fail(em, -CIS_E_STORE, "%s: malformed CreateMultipartUpload reply", what);
+		goto out;
+	}
+	for (size_t i = 0; i < nparts; i++) {
+		size_t n = (size_t)(i + 1 < nparts ? ps : size - (uint64_t)i * ps);
+		struct req p = {.method = "PUT", .key = key, .body = buf, .body_len = n};
+		rc = read_full(fd, buf, n, what, em);
+		if (rc)
+			goto out_abort;
+		cis_s3_sha256_hex(buf, n, hash);
+		p.payload_hash = hash;
+		snprintf(pn, sizeof(pn), "%zu", i + 1);
+		if (cis_kvlist_set(&p.query, "partNumber", pn) ||
+		    cis_kvlist_set(&p.query, "uploadId", upload_id)) {
+			req_free(&p);
+			rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+			goto out_abort;
+		}
+		rc = s3_do(s, &p, em);
+		if (!rc && !p.etag[0])
+			rc = cis_fail(em, -CIS_E_STORE, "%s: part %zu: reply without ETag", what,
+			              i + 1);
+		if (!rc && !(etags[i] = strdup(p.etag)))
+			rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		req_free(&p);
+		if (rc)
+			goto out_abort;
+	}
+	rc = cis_buf_puts(&xml, "<CompleteMultipartUpload>");
+	for (size_t i = 0; i < nparts && !rc; i++) {
+		xmlChar *esc = xmlEncodeSpecialChars(NULL, (const xmlChar *)etags[i]);
+		if (!esc) {
+			rc = -ENOMEM;
+			break;
+		}
+		rc =
+		    cis_buf_printf(&xml, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>",
+		                   i + 1, (const char *)esc);
+		xmlFree(esc);
+	}
+	if (rc || cis_buf_puts(&xml, "</CompleteMultipartUpload>")) {
+		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+		goto out_abort;
+	}
+	{
+		struct req c = {
+		    .method = "POST", .key = key, .body = xml.data, .body_len = xml.len};
+		cis_s3_error e;
+		cis_s3_sha256_hex(xml.data, xml.len, hash);
+		c.payload_hash = hash;
+		if (cis_kvlist_set(&c.query, "uploadId", upload_id) ||
+		    cis_kvlist_set(&c.hdrs, "content-type", "application/xml")) {
+			req_free(&c);
+			rc = cis_fail(em, -ENOMEM, "s3: out of memory");
+			goto out_abort;
+		}
+		rc = s3_do(s, &c, em);
+		/* S3 may answer 200 and still fail, with an Error body. */
+		if (!rc && c.resp.len && !cis_s3_xml_parse_error(c.resp.data, c.resp.len, &e))
+			rc = cis_fail(em, -CIS_E_STORE, "%s: 200 %s: %s", what, e.code, e.message);
+		req_free(&c);
+		if (rc)
+			goto out_abort;
+	}
+	goto out;
+out_abort:
+	abort_upload(s, key, upload_id);
+out:
+	if (etags) {
+		for (size_t i = 0; i < nparts; i++)
+			free(etags[i]);
+		free(etags);
+	}
+	cis_buf_free(&xml);
+	free(buf);
+	free(upload_id);
+	req_free(&r);
+	return rc;
+}
+
+static int s3_write_fd(void *state, const char *path, int fd, uint64_t size, cis_errmsg *em)
+{
+	struct s3 *s = state;
+	char *key = full_key(s, path), what[600];
+	int rc;
+
+	if (!key)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	what_of(s, key, what, sizeof(what));
+	if (!path[0]) {
+		rc = cis_fail(em, -EINVAL, "%s: cannot write the root", what);
+	} else if (size <= s->part_size) {
+		char *buf = malloc(size ? size : 1);
+		if (!buf) {
+			rc = cis_fail(em, -ENOMEM, "%s: out of memory", what);
+		} else {
+			rc = read_full(fd, buf, (size_t)size, what, em);
+			if (!rc)
+				rc = put_buf(s, key, buf, (size_t)size, em);
+			free(buf);
+		}
+	} else {
+		rc = multipart(s, key, fd, size, em);
+	}
+	free(key);
+	return rc;
+}
+
+static int s3_delete(void *state, const char *path, cis_errmsg *em)
+{
+	struct s3 *s = state;
+	struct req r = {.method = "DELETE"};
+	char *key = full_key(s, path);
+	int rc;
+
+	if (!key)
+		return cis_fail(em, -ENOMEM, "s3: out of memory");
+	r.key = key;
+	rc = s3_do(s, &r, em);
+	/* S3 says 204 for a missing key; some stores say 404 NoSuchKey. */
+	if (rc == -ENOENT) {
+		rc = 0;
+		cis_fail(em, 0, "%s", "");
+	}
+	free(key);
+	req_free(&r);
+	return rc;
+}
+
+const cis_ufs_ops cis_ufs_s3_ops = {
+    .scheme = "s3",
+    .open = s3_open,
+    .close = s3_close,
+    .check = s3_check,
+    .stat = s3_stat,
+    .list = s3_list,
+    .read = s3_read,
+    .write_fd = s3_write_fd,
+    .delete = s3_delete,
+};
