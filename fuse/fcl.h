@@ -1,0 +1,150 @@
+/* cistern-fuse internals (prefix fcl_). Modules, one concept each:
+ *   opts.c      command line and mount.fuse3 "-o" options
+ *   lru.c       bounded LRU map (metadata caches, descriptor cache)
+ *   inode.c     kernel lookup counts; forget drops entries
+ *   meta.c      entry/attribute/negative caches with single flight
+ *   readahead.c per-handle sequential detector and window
+ *   master.c    master RPC: namespace, open, worker list
+ *   local.c     short-circuit: block fds from the local worker, leases
+ *   remote.c    streamed block reads from workers over TCP
+ *   read.c      offset -> block -> worker, failover, store-direct
+ *   metrics.c   /metrics counters
+ *   main.c      FUSE low-level operations, session, daemon
+ * The modules before master.c use neither libfuse nor the RPC layer, so the
+ * unit tests compile them in directly. */
+#ifndef CISTERN_FUSE_FCL_H
+#define CISTERN_FUSE_FCL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cistern/error.h"
+#include "cistern/hash.h"
+#include "cistern/kv.h"
+#include "cistern/ufs.h"
+
+/* ---- options (opts.c) ---- */
+
+typedef struct fcl_opts {
+	char *mountpoint;
+	char *master;        /* "host:port" */
+	char *root;          /* cistern path shown at the mount point, "/" by default */
+	double attr_timeout; /* seconds */
+	double entry_timeout;
+	double negative_timeout;
+	int http_port;             /* metrics; 0 turns the server off */
+	uint64_t readahead_budget; /* bytes of blocks asked ahead per handle */
+	uint64_t fd_cache;         /* short-circuit descriptors kept open */
+	uint64_t meta_cache;       /* entries in each metadata cache */
+	int worker_timeout_ms;     /* a worker slower than this is skipped */
+	int threads;               /* FUSE worker threads at most */
+	bool foreground;
+	bool debug;
+	char *log_level;
+	char *fuse_opts; /* comma list handed to libfuse ("allow_other,ro") */
+} fcl_opts;
+
+/* Parse argv. Accepts both "cistern-fuse MNT --master H:P [...]" and the
+ * mount.fuse3 form "cistern-fuse SOURCE MNT -o master=H:P,ro,..." (SOURCE
+ * "H:P" sets the master; other sources are ignored). Options of ours inside
+ * -o lists (master=, root=, attr_timeout=, ...) are taken out; the rest go to
+ * libfuse in fuse_opts. 0; 1 for --help; -CIS_E_CONFIG with em. o is the
+ * caller's to fcl_opts_free afterwards, also on failure. */
+int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em);
+void fcl_opts_free(fcl_opts *o);
+void fcl_opts_usage(FILE *out);
+
+/* ---- bounded LRU map (lru.c) ---- */
+
+/* Keys are byte strings up to 4 KiB, values fixed-size blobs copied in and
+ * out. Thread-safe (one mutex). */
+typedef struct fcl_lru fcl_lru;
+
+int fcl_lru_new(size_t capacity, size_t val_size, fcl_lru **out);
+void fcl_lru_free(fcl_lru *l);
+/* Copy the value into val (may be NULL) and mark it recently used. */
+bool fcl_lru_get(fcl_lru *l, const void *key, size_t klen, void *val);
+/* Insert or replace. When that pushes out the least recently used entry,
+ * its value is copied to evicted (if not NULL) and *did_evict set. A
+ * replaced value is not reported. 0 or -ENOMEM / -EINVAL. */
+int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void *evicted,
+                bool *did_evict);
+/* Remove; the value is copied to val when found. */
+bool fcl_lru_remove(fcl_lru *l, const void *key, size_t klen, void *val);
+/* Remove the least recently used entry, copying its value out. */
+bool fcl_lru_pop(fcl_lru *l, void *val);
+size_t fcl_lru_count(fcl_lru *l);
+
+/* ---- kernel lookup counts (inode.c) ---- */
+
+/* FUSE node ids are master inode ids, so the only per-inode state the
+ * client keeps is the kernel's lookup count, and forget removes even that:
+ * memory follows what the kernel holds, not what was ever looked up. */
+typedef struct fcl_inodes fcl_inodes;
+
+int fcl_inodes_new(fcl_inodes **out);
+void fcl_inodes_free(fcl_inodes *t);
+/* One more kernel reference (a reply to lookup or a readdirplus entry). */
+int fcl_inodes_ref(fcl_inodes *t, uint64_t ino);
+/* Drop n references; true when the node is now gone (or was unknown). */
+bool fcl_inodes_forget(fcl_inodes *t, uint64_t ino, uint64_t n);
+uint64_t fcl_inodes_lookups(fcl_inodes *t, uint64_t ino);
+size_t fcl_inodes_count(fcl_inodes *t);
+
+/* ---- metadata caches (meta.c) ---- */
+
+typedef struct fcl_attr {
+	uint64_t ino; /* master inode id */
+	bool is_dir;
+	uint64_t size;
+	int64_t mtime_ns;
+	uint32_t mode; /* permission bits only */
+	uint32_t nlink;
+} fcl_attr;
+
+/* Where misses go (the master, or a test double). Return 0 or a negative
+ * code; -ENOENT from lookup is cached as a negative entry. */
+typedef struct fcl_meta_src {
+	int (*lookup)(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
+	int (*getattr)(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em);
+	void *ctx;
+} fcl_meta_src;
+
+typedef struct fcl_meta fcl_meta;
+
+/* Timeouts in ms; 0 turns that cache off. capacity bounds each cache. */
+int fcl_meta_new(const fcl_meta_src *src, uint64_t entry_ms, uint64_t attr_ms, uint64_t neg_ms,
+                 size_t capacity, fcl_meta **out);
+void fcl_meta_free(fcl_meta *m);
+/* A name in a directory: the cache, else one request to the source however
+ * many threads ask for the same name at once. 0, -ENOENT, or the source's
+ * code (em says why). */
+int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
+int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em);
+/* Seed the caches from a listing or an open. */
+void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a);
+void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a);
+void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino);
+
+/* ---- readahead (readahead.c) ---- */
+
+typedef struct fcl_ra {
+	uint64_t next_off;   /* where a sequential reader reads next */
+	uint64_t last_block; /* block of the previous read */
+	uint32_t seq;        /* sequential reads in a row */
+	uint64_t window;     /* blocks asked ahead of the reader; 0: none */
+	uint64_t max_window;
+	uint64_t issued_to; /* blocks below this were asked for already */
+} fcl_ra;
+
+void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks);
+/* Record a read of [off, off+len). Returns how many blocks to prefetch,
+ * starting at *first (never past the file's last block and never the same
+ * block twice in one sequential run); 0 for random access. */
+uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_size,
+                        uint64_t file_size, uint64_t *first);
+
+#endif

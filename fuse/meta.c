@@ -1,0 +1,226 @@
+/* Client-side metadata: an entry cache ((parent, name) -> attributes, or a
+ * negative entry) and an attribute cache (inode -> attributes), each a
+ * bounded LRU with its own timeout. Misses go to the source with single
+ * flight: the first thread to miss a key asks, later ones for the same key
+ * wait for its answer, so a thousand readers opening one new file cost one
+ * master request. */
+#include "fcl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/time.h"
+
+#define KEY_MAX (8 + 256)
+
+typedef struct cached {
+	uint64_t expires_ns;
+	bool negative;
+	fcl_attr attr;
+} cached;
+
+/* One request under way; waiters hold references. */
+typedef struct flight {
+	struct flight *next;
+	unsigned char key[KEY_MAX];
+	size_t klen;
+	int refs;
+	bool done;
+	int rc;
+	fcl_attr attr;
+	cis_errmsg em;
+} flight;
+
+struct fcl_meta {
+	fcl_meta_src src;
+	uint64_t entry_ns, attr_ns, neg_ns;
+	fcl_lru *entries, *attrs;
+	pthread_mutex_t lock; /* guards flights */
+	pthread_cond_t landed;
+	flight *flights;
+};
+
+int fcl_meta_new(const fcl_meta_src *src, uint64_t entry_ms, uint64_t attr_ms, uint64_t neg_ms,
+                 size_t capacity, fcl_meta **out)
+{
+	fcl_meta *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->src = *src;
+	m->entry_ns = entry_ms * 1000000u;
+	m->attr_ns = attr_ms * 1000000u;
+	m->neg_ns = neg_ms * 1000000u;
+	int rc = fcl_lru_new(capacity, sizeof(cached), &m->entries);
+	if (rc)
+		goto out_free;
+	rc = fcl_lru_new(capacity, sizeof(cached), &m->attrs);
+	if (rc)
+		goto out_entries;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->landed, NULL);
+	*out = m;
+	return 0;
+out_entries:
+	fcl_lru_free(m->entries);
+out_free:
+	free(m);
+	return rc;
+}
+
+void fcl_meta_free(fcl_meta *m)
+{
+	if (!m)
+		return;
+	fcl_lru_free(m->entries);
+	fcl_lru_free(m->attrs);
+	pthread_mutex_destroy(&m->lock);
+	pthread_cond_destroy(&m->landed);
+	free(m);
+}
+
+/* Entry keys: 'e', parent (8 bytes), name. Attribute keys: 'a', inode. */
+static size_t entry_key(unsigned char *k, uint64_t parent, const char *name)
+{
+	size_t n = strnlen(name, 255);
+	k[0] = 'e';
+	memcpy(k + 1, &parent, 8);
+	memcpy(k + 9, name, n);
+	return 9 + n;
+}
+
+static size_t attr_key(unsigned char *k, uint64_t ino)
+{
+	k[0] = 'a';
+	memcpy(k + 1, &ino, 8);
+	return 9;
+}
+
+static bool cache_get(fcl_lru *l, const unsigned char *k, size_t klen, cached *c)
+{
+	if (!fcl_lru_get(l, k, klen, c))
+		return false;
+	if (c->expires_ns > cis_mono_ns())
+		return true;
+	fcl_lru_remove(l, k, klen, NULL);
+	return false;
+}
+
+static void cache_put(fcl_lru *l, const unsigned char *k, size_t klen, uint64_t ttl_ns,
+                      bool negative, const fcl_attr *a)
+{
+	if (ttl_ns == 0)
+		return;
+	cached c = {.expires_ns = cis_mono_ns() + ttl_ns, .negative = negative};
+	if (a)
+		c.attr = *a;
+	(void)fcl_lru_put(l, k, klen, &c, NULL, NULL); /* a cache: ENOMEM only costs a miss */
+}
+
+void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a)
+{
+	unsigned char k[KEY_MAX];
+	size_t klen = entry_key(k, parent, name);
+	cache_put(m->entries, k, klen, m->entry_ns, false, a);
+	fcl_meta_put_attr(m, a);
+}
+
+void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a)
+{
+	unsigned char k[KEY_MAX];
+	size_t klen = attr_key(k, a->ino);
+	cache_put(m->attrs, k, klen, m->attr_ns, false, a);
+}
+
+void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
+{
+	unsigned char k[KEY_MAX];
+	size_t klen = attr_key(k, ino);
+	fcl_lru_remove(m->attrs, k, klen, NULL);
+}
+
+/* The source request for one key, shared by every thread that asks while it
+ * is under way. */
+static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64_t parent,
+                        const char *name, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+{
+	pthread_mutex_lock(&m->lock);
+	flight *f = m->flights;
+	while (f && !(f->klen == klen && memcmp(f->key, k, klen) == 0))
+		f = f->next;
+	if (f) {
+		f->refs++;
+		while (!f->done)
+			pthread_cond_wait(&m->landed, &m->lock);
+	} else {
+		f = calloc(1, sizeof(*f));
+		if (!f) {
+			pthread_mutex_unlock(&m->lock);
+			return -ENOMEM;
+		}
+		memcpy(f->key, k, klen);
+		f->klen = klen;
+		f->refs = 1;
+		f->next = m->flights;
+		m->flights = f;
+		pthread_mutex_unlock(&m->lock);
+
+		if (name)
+			f->rc = m->src.lookup(m->src.ctx, parent, name, &f->attr, &f->em);
+		else
+			f->rc = m->src.getattr(m->src.ctx, ino, &f->attr, &f->em);
+		/* Fill the caches before anyone can miss again. */
+		if (name && f->rc == 0)
+			fcl_meta_put(m, parent, name, &f->attr);
+		else if (name && f->rc == -ENOENT)
+			cache_put(m->entries, k, klen, m->neg_ns, true, NULL);
+		else if (!name && f->rc == 0)
+			fcl_meta_put_attr(m, &f->attr);
+
+		pthread_mutex_lock(&m->lock);
+		flight **pp = &m->flights;
+		while (*pp != f)
+			pp = &(*pp)->next;
+		*pp = f->next;
+		f->done = true;
+		pthread_cond_broadcast(&m->landed);
+	}
+	int rc = f->rc;
+	if (rc == 0)
+		*out = f->attr;
+	else if (em)
+		*em = f->em;
+	bool last = --f->refs == 0;
+	pthread_mutex_unlock(&m->lock);
+	if (last)
+		free(f);
+	return rc;
+}
+
+int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em)
+{
+	if (strlen(name) > 255)
+		return cis_fail(em, -ENAMETOOLONG, "lookup: name over 255 bytes");
+	unsigned char k[KEY_MAX];
+	size_t klen = entry_key(k, parent, name);
+	cached c;
+	if (cache_get(m->entries, k, klen, &c)) {
+		if (c.negative)
+			return -ENOENT;
+		*out = c.attr;
+		return 0;
+	}
+	return fetch_shared(m, k, klen, parent, name, 0, out, em);
+}
+
+int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+{
+	unsigned char k[KEY_MAX];
+	size_t klen = attr_key(k, ino);
+	cached c;
+	if (cache_get(m->attrs, k, klen, &c)) {
+		*out = c.attr;
+		return 0;
+	}
+	return fetch_shared(m, k, klen, 0, NULL, ino, out, em);
+}

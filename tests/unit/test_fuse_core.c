@@ -1,0 +1,380 @@
+/* cistern-fuse core logic: lookup counts and forget, the bounded LRU, the
+ * metadata caches with single flight and negative entries, the readahead
+ * detector and the command line. These modules use neither libfuse nor the
+ * RPC layer, so they are compiled in here directly. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../fuse/inode.c"
+#include "../../fuse/lru.c"
+#include "../../fuse/meta.c"
+#include "../../fuse/opts.c"
+#include "../../fuse/readahead.c"
+
+/* ---- inode table ---- */
+
+Test(fuse_inode, counts_and_forget)
+{
+	fcl_inodes *t;
+	cr_assert_eq(fcl_inodes_new(&t), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 42), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 42), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 7), 0);
+	cr_assert_eq(fcl_inodes_lookups(t, 42), 2);
+	cr_assert_eq(fcl_inodes_count(t), 2);
+	cr_assert_not(fcl_inodes_forget(t, 42, 1));
+	cr_assert_eq(fcl_inodes_lookups(t, 42), 1);
+	cr_assert(fcl_inodes_forget(t, 42, 1));
+	cr_assert_eq(fcl_inodes_lookups(t, 42), 0);
+	cr_assert_eq(fcl_inodes_count(t), 1);
+	/* Forgetting an unknown node is harmless. */
+	cr_assert(fcl_inodes_forget(t, 9999, 3));
+	cr_assert_eq(fcl_inodes_ref(t, 0), -EINVAL);
+	fcl_inodes_free(t);
+}
+
+/* Memory follows what the kernel holds: a million lookups, each forgotten,
+ * leave nothing behind, and every survivor keeps its own count through the
+ * deletions' backward shifts. */
+Test(fuse_inode, forget_bounds_memory)
+{
+	fcl_inodes *t;
+	cr_assert_eq(fcl_inodes_new(&t), 0);
+	const uint64_t n = 1000000;
+	for (uint64_t i = 2; i < n + 2; i++)
+		cr_assert_eq(fcl_inodes_ref(t, i * 2654435761u), 0);
+	cr_assert_eq(fcl_inodes_count(t), n);
+	/* Keep every 1000th, with a second reference. */
+	for (uint64_t i = 2; i < n + 2; i++) {
+		uint64_t ino = i * 2654435761u;
+		if (i % 1000 == 0)
+			cr_assert_eq(fcl_inodes_ref(t, ino), 0);
+		else
+			cr_assert(fcl_inodes_forget(t, ino, 1));
+	}
+	cr_assert_eq(fcl_inodes_count(t), n / 1000);
+	for (uint64_t i = 2; i < n + 2; i++) {
+		uint64_t ino = i * 2654435761u;
+		cr_assert_eq(fcl_inodes_lookups(t, ino), i % 1000 == 0 ? 2 : 0, "ino %lu", ino);
+	}
+	size_t slots = 0;
+	for (int i = 0; i < SHARDS; i++)
+		slots += t->shards[i].cap;
+	/* Shrunk back near the survivors, not a million slots. */
+	cr_assert_lt(slots, 64 * 1024, "slots %zu", slots);
+	fcl_inodes_free(t);
+}
+
+/* ---- LRU ---- */
+
+Test(fuse_lru, bounded_and_evicts_least_recent)
+{
+	fcl_lru *l;
+	cr_assert_eq(fcl_lru_new(3, sizeof(int), &l), 0);
+	int v, ev;
+	bool did;
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(fcl_lru_put(l, &i, sizeof(i), &i, &ev, &did), 0);
+		cr_assert_not(did);
+	}
+	int k0 = 0;
+	cr_assert(fcl_lru_get(l, &k0, sizeof(k0), &v)); /* 0 is now the most recent */
+	int k3 = 3;
+	cr_assert_eq(fcl_lru_put(l, &k3, sizeof(k3), &k3, &ev, &did), 0);
+	cr_assert(did);
+	cr_assert_eq(ev, 1);
+	cr_assert_eq(fcl_lru_count(l), 3);
+	int k1 = 1;
+	cr_assert_not(fcl_lru_get(l, &k1, sizeof(k1), &v));
+	cr_assert(fcl_lru_remove(l, &k3, sizeof(k3), &v));
+	cr_assert_eq(v, 3);
+	cr_assert(fcl_lru_pop(l, &v));
+	cr_assert_eq(v, 2);
+	cr_assert_eq(fcl_lru_count(l), 1);
+	char big[5000] = {0};
+	cr_assert_eq(fcl_lru_put(l, big, sizeof(big), &v, NULL, NULL), -EINVAL);
+	fcl_lru_free(l);
+}
+
+/* ---- metadata cache ---- */
+
+typedef struct fake_src {
+	atomic_int lookups, getattrs;
+	int delay_ms;
+	int fail; /* returned instead of an answer when non-zero */
+} fake_src;
+
+static int fake_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em)
+{
+	fake_src *f = ctx;
+	atomic_fetch_add(&f->lookups, 1);
+	if (f->delay_ms)
+		usleep((useconds_t)f->delay_ms * 1000);
+	if (f->fail)
+		return cis_fail(em, f->fail, "master: injected failure");
+	if (strcmp(name, "missing") == 0)
+		return -ENOENT;
+	*out =
+	    (fcl_attr){.ino = parent * 1000 + strlen(name), .size = 123, .mode = 0644, .nlink = 1};
+	return 0;
+}
+
+static int fake_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+{
+	fake_src *f = ctx;
+	(void)em;
+	atomic_fetch_add(&f->getattrs, 1);
+	*out = (fcl_attr){.ino = ino, .size = ino * 10, .mode = 0644, .nlink = 1};
+	return 0;
+}
+
+static fcl_meta *new_meta(fake_src *f, uint64_t ttl_ms)
+{
+	fcl_meta_src src = {fake_lookup, fake_getattr, f};
+	fcl_meta *m;
+	cr_assert_eq(fcl_meta_new(&src, ttl_ms, ttl_ms, ttl_ms, 1000, &m), 0);
+	return m;
+}
+
+Test(fuse_meta, caches_positive_and_negative)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	fcl_attr a;
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
+	cr_assert_eq(a.ino, 1003);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
+	cr_assert_eq(atomic_load(&f.lookups), 1);
+	/* The lookup also filled the attribute cache. */
+	cr_assert_eq(fcl_meta_getattr(m, 1003, &a, NULL), 0);
+	cr_assert_eq(a.size, 123);
+	cr_assert_eq(atomic_load(&f.getattrs), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
+	cr_assert_eq(atomic_load(&f.lookups), 2);
+	/* Same name, other directory: its own entry. */
+	cr_assert_eq(fcl_meta_lookup(m, 2, "abc", &a, NULL), 0);
+	cr_assert_eq(a.ino, 2003);
+	cr_assert_eq(atomic_load(&f.lookups), 3);
+	fcl_meta_free(m);
+}
+
+Test(fuse_meta, expiry_and_errors_not_cached)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 30);
+	fcl_attr a;
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	usleep(60 * 1000);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(atomic_load(&f.lookups), 2);
+	f.fail = -CIS_E_STORE;
+	cis_errmsg em = {{0}};
+	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, &em), -CIS_E_STORE);
+	cr_assert_str_eq(em.text, "master: injected failure");
+	f.fail = 0;
+	/* A failure is not remembered: the next ask goes to the source. */
+	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, NULL), 0);
+	cr_assert_eq(atomic_load(&f.lookups), 4);
+	fcl_meta_free(m);
+
+	/* Timeouts of 0 turn the caches off. */
+	fake_src g = {0};
+	m = new_meta(&g, 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(atomic_load(&g.lookups), 2);
+	fcl_meta_free(m);
+}
+
+typedef struct racer {
+	fcl_meta *m;
+	int rc;
+	fcl_attr a;
+} racer;
+
+static void *race_lookup(void *arg)
+{
+	racer *r = arg;
+	r->rc = fcl_meta_lookup(r->m, 5, "same-name", &r->a, NULL);
+	return NULL;
+}
+
+/* 32 threads missing the same name at once: one source request. The cache
+ * is off (ttl 0) so only the single flight can make that true. */
+Test(fuse_meta, single_flight)
+{
+	fake_src f = {.delay_ms = 200};
+	fcl_meta *m = new_meta(&f, 0);
+	pthread_t th[32];
+	racer r[32];
+	for (int i = 0; i < 32; i++) {
+		r[i] = (racer){.m = m};
+		cr_assert_eq(pthread_create(&th[i], NULL, race_lookup, &r[i]), 0);
+	}
+	for (int i = 0; i < 32; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(r[i].rc, 0);
+		cr_assert_eq(r[i].a.ino, 5009);
+	}
+	/* Threads that started after the first request landed ask again; with a
+	 * 200 ms request nearly all share it. */
+	cr_assert_lt(atomic_load(&f.lookups), 4, "lookups %d", atomic_load(&f.lookups));
+	fcl_meta_free(m);
+}
+
+/* ---- readahead ---- */
+
+#define MiB (1u << 20)
+
+Test(fuse_readahead, sequential_grows_window_to_budget)
+{
+	fcl_ra ra;
+	fcl_ra_init(&ra, 8);
+	uint64_t bs = 4 * MiB, size = 400 * (uint64_t)MiB, first, n;
+	cr_assert_eq(fcl_ra_on_read(&ra, 0, MiB, bs, size, &first), 0); /* one read: not yet */
+	n = fcl_ra_on_read(&ra, MiB, MiB, bs, size, &first);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(first, 1);
+	/* Same block: nothing new. */
+	cr_assert_eq(fcl_ra_on_read(&ra, 2 * MiB, MiB, bs, size, &first), 0);
+	uint64_t max_ahead = 0;
+	for (uint64_t off = 3 * MiB; off < 200 * (uint64_t)MiB; off += MiB) {
+		n = fcl_ra_on_read(&ra, off, MiB, bs, size, &first);
+		if (n) {
+			uint64_t cur = (off + MiB - 1) / bs;
+			cr_assert_gt(first, cur);
+			if (first + n - 1 - cur > max_ahead)
+				max_ahead = first + n - 1 - cur;
+		}
+	}
+	cr_assert_eq(ra.window, 8);
+	cr_assert_eq(max_ahead, 8, "ahead %lu", max_ahead);
+}
+
+Test(fuse_readahead, random_never_triggers)
+{
+	fcl_ra ra;
+	fcl_ra_init(&ra, 64);
+	uint64_t first, x = 12345;
+	uint64_t size = 1024 * (uint64_t)MiB;
+	for (int i = 0; i < 1000; i++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint64_t off = (x >> 20) % (size - MiB);
+		cr_assert_eq(fcl_ra_on_read(&ra, off, 64 * 1024, 4 * MiB, size, &first), 0,
+		             "read %d at %lu", i, off);
+	}
+}
+
+Test(fuse_readahead, stops_at_end_of_file)
+{
+	fcl_ra ra;
+	fcl_ra_init(&ra, 64);
+	uint64_t first, total = 0, bs = MiB, size = 5 * MiB + 17;
+	for (uint64_t off = 0; off < size; off += 128 * 1024) {
+		uint64_t n = fcl_ra_on_read(&ra, off, 128 * 1024, bs, size, &first);
+		if (n)
+			cr_assert_leq(first + n, 6);
+		total += n;
+	}
+	cr_assert_eq(total, 5); /* blocks 1..5, each once */
+}
+
+/* ---- options ---- */
+
+static int parse(fcl_opts *o, cis_errmsg *em, int argc, const char **argv)
+{
+	return fcl_opts_parse(o, argc, (char **)argv, em);
+}
+
+Test(fuse_opts, flags_form)
+{
+	fcl_opts o;
+	cis_errmsg em = {{0}};
+	const char *argv[] = {"cistern-fuse",
+	                      "/mnt/x",
+	                      "--master",
+	                      "10.0.0.1:19600",
+	                      "--root=/data",
+	                      "--attr-timeout",
+	                      "2.5",
+	                      "-o",
+	                      "allow_other,entry_timeout=7",
+	                      "-f"};
+	cr_assert_eq(parse(&o, &em, 10, argv), 0, "%s", em.text);
+	cr_assert_str_eq(o.mountpoint, "/mnt/x");
+	cr_assert_str_eq(o.master, "10.0.0.1:19600");
+	cr_assert_str_eq(o.root, "/data");
+	cr_assert_float_eq(o.attr_timeout, 2.5, 1e-9);
+	cr_assert_float_eq(o.entry_timeout, 7, 1e-9);
+	cr_assert_str_eq(o.fuse_opts, "allow_other");
+	cr_assert(o.foreground);
+	cr_assert_eq(o.http_port, 19621);
+	fcl_opts_free(&o);
+}
+
+/* What mount.fuse3 runs for "cistern-fuse#127.0.0.1:19600 /mnt/data
+ * fuse.cistern ro,allow_other,root=/ds" and for a labelled source. */
+Test(fuse_opts, mount_helper_form)
+{
+	fcl_opts o;
+	cis_errmsg em = {{0}};
+	const char *argv[] = {"cistern-fuse", "127.0.0.1:19600", "/mnt/data", "-o",
+	                      "rw,nosuid,nodev,allow_other,root=/ds,http_port=0,subtype=cistern"};
+	cr_assert_eq(parse(&o, &em, 5, argv), 0, "%s", em.text);
+	cr_assert_str_eq(o.master, "127.0.0.1:19600");
+	cr_assert_str_eq(o.mountpoint, "/mnt/data");
+	cr_assert_str_eq(o.root, "/ds");
+	cr_assert_eq(o.http_port, 0);
+	cr_assert_str_eq(o.fuse_opts, "rw,nosuid,nodev,allow_other,subtype=cistern");
+	cr_assert_not(o.foreground);
+	fcl_opts_free(&o);
+
+	const char *argv2[] = {"cistern-fuse", "cistern", "/mnt/data", "-omaster=h:1,defaults"};
+	cr_assert_eq(parse(&o, &em, 4, argv2), 0, "%s", em.text);
+	cr_assert_str_eq(o.master, "h:1");
+	cr_assert_null(o.fuse_opts);
+	fcl_opts_free(&o);
+}
+
+Test(fuse_opts, errors_are_clear)
+{
+	fcl_opts o;
+	cis_errmsg em = {{0}};
+	const char *a1[] = {"cistern-fuse", "/mnt/x"};
+	cr_assert_eq(parse(&o, &em, 2, a1), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "missing master address"), "%s", em.text);
+	fcl_opts_free(&o);
+	const char *a2[] = {"cistern-fuse", "--master", "h:1"};
+	cr_assert_eq(parse(&o, &em, 3, a2), -CIS_E_CONFIG);
+	cr_assert_str_eq(em.text, "missing mount point");
+	fcl_opts_free(&o);
+	const char *a3[] = {"cistern-fuse", "/m", "--master", "nope"};
+	cr_assert_eq(parse(&o, &em, 4, a3), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "expected HOST:PORT"), "%s", em.text);
+	fcl_opts_free(&o);
+	const char *a4[] = {"cistern-fuse", "/m", "--master", "h:1", "--attr-timeout", "-3"};
+	cr_assert_eq(parse(&o, &em, 6, a4), -CIS_E_CONFIG);
+	fcl_opts_free(&o);
+	const char *a5[] = {"cistern-fuse", "/m", "--master", "h:1", "--bogus", "1"};
+	cr_assert_eq(parse(&o, &em, 6, a5), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "unknown option '--bogus'"), "%s", em.text);
+	fcl_opts_free(&o);
+	const char *a6[] = {"cistern-fuse", "/m", "--master"};
+	cr_assert_eq(parse(&o, &em, 3, a6), -CIS_E_CONFIG);
+	fcl_opts_free(&o);
+	const char *a7[] = {"cistern-fuse", "/m", "/n", "/o", "--master", "h:1"};
+	cr_assert_eq(parse(&o, &em, 6, a7), -CIS_E_CONFIG);
+	fcl_opts_free(&o);
+	const char *a8[] = {"cistern-fuse", "/m", "-o", "master=h:1,root=rel"};
+	cr_assert_eq(parse(&o, &em, 4, a8), -CIS_E_CONFIG);
+	fcl_opts_free(&o);
+	const char *a9[] = {"cistern-fuse", "--help"};
+	cr_assert_eq(parse(&o, &em, 2, a9), 1);
+	fcl_opts_free(&o);
+}
