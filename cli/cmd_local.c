@@ -1,0 +1,1280 @@
+/* cistern local: the whole stack for one machine in one command.
+ *
+ *   cistern local URI MOUNTPOINT [--cache-dir DIR[:SIZE]] [--state-dir DIR]
+ *                 [--option k=v ...] [-f]
+ *   cistern local --stop MOUNTPOINT [--state-dir DIR]
+ *
+ * A supervisor starts cistern-master, cistern-worker and cistern-fuse as its
+ * children (each in its own process group, so a terminal's Ctrl-C reaches
+ * only the supervisor, which then stops them in order), waits for each to be
+ * ready, mounts URI at / through the master's admin API and waits for the
+ * FUSE mount to appear. With -f the supervisor is this process and prints the
+ * ready line; without it the supervisor is a forked daemon that reports
+ * "ready" or its error through a pipe, and this process prints it and
+ * returns. SIGINT/SIGTERM (or `--stop`) unmount and stop everything; a child
+ * that dies on its own takes the others down with it, so nothing is ever
+ * left half running. Children carry PR_SET_PDEATHSIG so that even a
+ * SIGKILLed supervisor leaves no daemons behind.
+ *
+ * The state directory (default ~/.cache/cistern/local/<mountpoint hash>)
+ * holds master/ (LMDB), worker/ (block index), cache/ (blocks, unless
+ * --cache-dir), logs/<daemon>.log, the lock, local.pid and local.json (addresses of
+ * the running stack, for scripts: {"pid", "api", "master", "mountpoint",
+ * "uri", ...}). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cistern/config.h"
+#include "cistern/error.h"
+#include "cistern/hash.h"
+#include "cistern/http.h"
+#include "cistern/time.h"
+
+/* Declared here until cli/ has a shared header for its commands. */
+int cli_cmd_local(int argc, char **argv);
+
+#define LOCAL_STOP_TIMEOUT_MS 15000
+#define LOCAL_LINE_MAX        (3 * PATH_MAX + 1024) /* the ready or error line */
+#define LOCAL_POLL_MS         100
+
+static const cis_opt local_opts[] = {
+    {"state-dir", "DIR", NULL, "state directory (default ~/.cache/cistern/local/<id>)", false, 0},
+    {"cache-dir", "DIR[:SIZE]", NULL,
+     "block cache directory (default STATE/cache, half the free space)", true, 0},
+    {"option", "K=V", NULL, "mount option (endpoint=, region=, path_style=, ...)", true, 'o'},
+    {"foreground", NULL, NULL, "stay in the foreground; Ctrl-C unmounts and stops", false, 'f'},
+    {"stop", NULL, NULL, "stop the stack serving MOUNTPOINT", false, 0},
+    {"timeout", "SECONDS", "30", "how long each daemon may take to become ready", false, 0},
+    {"bin-dir", "DIR", NULL, "where cistern-master, -worker and -fuse are (default: found)", false,
+     0},
+    {"master-port", "N", "19600", "master RPC port (its HTTP API is N+1); busy: any free", false,
+     0},
+    {"worker-port", "N", "19610", "worker RPC port (its HTTP is N+1); busy: any free", false, 0},
+    {"fuse-http-port", "N", "19621", "FUSE client metrics port; busy: any free", false, 0},
+    CIS_OPT_END,
+};
+
+static const char local_synopsis[] =
+    "cistern local URI MOUNTPOINT [options]\n"
+    "       cistern local --stop MOUNTPOINT [--state-dir DIR]\n"
+    "Runs master, worker and FUSE client for this machine and mounts URI (s3://bucket/prefix\n"
+    "or file:///dir) at MOUNTPOINT.";
+
+typedef struct local_child {
+	const char *name; /* "cistern-master" */
+	pid_t pid;        /* 0: not running */
+	int status;       /* wait status once reaped */
+	bool reaped;
+	char bin[PATH_MAX];
+	char log[PATH_MAX];
+} local_child;
+
+typedef struct local_stack {
+	const cis_config *cfg;
+	const char *uri;
+	char mnt[PATH_MAX];
+	char state[PATH_MAX];
+	char cache_default[PATH_MAX + 32];
+	uint16_t m_rpc, m_http, w_rpc, w_http, f_http;
+	char api[64];
+	int timeout_ms;
+	sigset_t sigs; /* blocked in the supervisor, taken with sigtimedwait */
+	local_child master, worker, fuse;
+} local_stack;
+
+/* ---- small helpers ---- */
+
+static int mkdir_p(const char *path)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static bool path_join(char *out, size_t len, const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+
+	if (la + 1 + lb + 1 > len)
+		return false;
+	memcpy(out, a, la);
+	out[la] = '/';
+	memcpy(out + la + 1, b, lb + 1);
+	return true;
+}
+
+/* The absolute form of a mount point that may not be reachable (a stale
+ * FUSE mount fails stat with ENOTCONN): realpath of its parent + its name. */
+static int abs_mountpoint(const char *arg, char *out, size_t len, cis_errmsg *em)
+{
+	char parent[PATH_MAX], buf[PATH_MAX];
+	const char *slash, *name;
+	size_t alen = strlen(arg);
+
+	if (alen == 0 || alen >= sizeof(buf))
+		return cis_fail(em, -EINVAL, "%s: bad mount point", arg);
+	memcpy(buf, arg, alen + 1);
+	while (alen > 1 && buf[alen - 1] == '/')
+		buf[--alen] = 0;
+	slash = strrchr(buf, '/');
+	if (!slash) {
+		if (!getcwd(parent, sizeof(parent)))
+			return cis_fail(em, -errno, "getcwd: %s", strerror(errno));
+		name = buf;
+	} else if (slash == buf) {
+		strcpy(parent, "/");
+		name = buf + 1;
+	} else {
+		char pbuf[PATH_MAX];
+
+		memcpy(pbuf, buf, (size_t)(slash - buf));
+		pbuf[slash - buf] = 0;
+		if (!realpath(pbuf, parent))
+			return cis_fail(em, -errno, "%s: %s", pbuf, strerror(errno));
+		name = slash + 1;
+	}
+	if (*name == 0)
+		return cis_fail(em, -EINVAL, "%s: cannot mount over /", arg);
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+		if (!realpath(buf, out))
+			return cis_fail(em, -errno, "%s: %s", arg, strerror(errno));
+		return 0;
+	}
+	if (snprintf(out, len, "%s%s%s", parent, strcmp(parent, "/") == 0 ? "" : "/", name) >=
+	    (int)len)
+		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", arg);
+	return 0;
+}
+
+/* Undo the octal escapes (\040 for a space) of /proc/self/mountinfo. */
+static void unescape_mountinfo(char *s)
+{
+	char *w = s;
+
+	for (char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = 0;
+}
+
+/* Whether mnt is a mount point now; its file system type into fstype. */
+static bool mounted(const char *mnt, char *fstype, size_t fslen)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (getline(&line, &cap, f) > 0) {
+		/* id parent major:minor root MOUNTPOINT opts [optional...] - FSTYPE ... */
+		char *save = NULL, *tok, *mp = NULL, *fs = NULL;
+		int i = 0;
+		bool dash = false;
+
+		for (tok = strtok_r(line, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+			if (i == 4)
+				mp = tok;
+			if (dash) {
+				fs = tok;
+				break;
+			}
+			if (i >= 6 && strcmp(tok, "-") == 0)
+				dash = true;
+			i++;
+		}
+		if (!mp)
+			continue;
+		unescape_mountinfo(mp);
+		if (strcmp(mp, mnt) == 0) {
+			found = true;
+			if (fstype && fs)
+				snprintf(fstype, fslen, "%s", fs);
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+static bool mounted_fuse(const char *mnt)
+{
+	char fs[64] = "";
+
+	return mounted(mnt, fs, sizeof(fs)) && strncmp(fs, "fuse", 4) == 0;
+}
+
+/* Run a helper (fusermount3) quietly and wait for it. Its exit status, or -1. */
+static int run_quiet(const char *prog, const char *a1, const char *a2, const char *a3)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		sigset_t none;
+		int null = open("/dev/null", O_RDWR);
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (null >= 0) {
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		execlp(prog, prog, a1, a2, a3, (char *)NULL);
+		_exit(127);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Unmount a FUSE mount point: fusermount3, then lazily, then umount2 (root). */
+static void unmount_fuse(const char *mnt)
+{
+	if (!mounted_fuse(mnt))
+		return;
+	run_quiet("fusermount3", "-u", "-q", mnt);
+	if (!mounted_fuse(mnt))
+		return;
+	run_quiet("fusermount3", "-u", "-z", mnt);
+	if (mounted_fuse(mnt))
+		umount2(mnt, MNT_DETACH);
+}
+
+static bool port_free(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* A free port from the kernel's ephemeral range, not in avoid[]. */
+static uint16_t any_free_port(const uint16_t *avoid, size_t navoid)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		socklen_t sl = sizeof(sa);
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		uint16_t p = 0;
+		bool clash = false;
+
+		if (fd < 0)
+			return 0;
+		sa.sin_addr.s_addr = htonl(INADDR_ANY);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+			p = ntohs(sa.sin_port);
+		close(fd);
+		for (size_t i = 0; i < navoid; i++)
+			clash |= avoid[i] == p || (p < UINT16_MAX && avoid[i] == p + 1);
+		if (p && p < UINT16_MAX && !clash)
+			return p;
+	}
+	return 0;
+}
+
+/* The default when it (and its +1 HTTP neighbour, if pair) is free, else
+ * any free port (and its neighbour). Chosen ports are added to used. */
+static int pick_port(uint16_t def, bool pair, uint16_t *used, size_t *nused, uint16_t *out)
+{
+	bool clash = false;
+
+	for (size_t i = 0; i < *nused; i++)
+		clash |= used[i] == def || (pair && used[i] == def + 1);
+	if (!clash && port_free(def) && (!pair || port_free((uint16_t)(def + 1)))) {
+		*out = def;
+	} else {
+		uint16_t p = 0;
+
+		for (int tries = 0; tries < 32 && !p; tries++) {
+			p = any_free_port(used, *nused);
+			if (p && pair && !port_free((uint16_t)(p + 1)))
+				p = 0;
+		}
+		if (!p)
+			return -EADDRINUSE;
+		*out = p;
+	}
+	used[(*nused)++] = *out;
+	if (pair)
+		used[(*nused)++] = (uint16_t)(*out + 1);
+	return 0;
+}
+
+/* Find a daemon: --bin-dir, then next to this program (installed side by
+ * side), then the build tree (build/cli/cistern -> build/master/...), then
+ * PATH. */
+static int find_daemon(const char *bin_dir, const char *name, const char *subdir, char *out,
+                       size_t len, cis_errmsg *em)
+{
+	char self[PATH_MAX], dir[PATH_MAX];
+	ssize_t n;
+
+	if (bin_dir) {
+		if (snprintf(out, len, "%s/%s", bin_dir, name) < (int)len && access(out, X_OK) == 0)
+			return 0;
+		return cis_fail(em, -ENOENT, "%s: not found in %s", name, bin_dir);
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = 0;
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(dir, sizeof(dir), "%s", self);
+			if (snprintf(out, len, "%s/%s", dir, name) < (int)len &&
+			    access(out, X_OK) == 0)
+				return 0;
+			if (snprintf(out, len, "%s/../%s/%s", dir, subdir, name) < (int)len &&
+			    access(out, X_OK) == 0)
+				return 0;
+		}
+	}
+	const char *path = getenv("PATH");
+
+	if (path) {
+		char *copy = strdup(path), *save = NULL;
+
+		for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
+		     d = strtok_r(NULL, ":", &save)) {
+			if (snprintf(out, len, "%s/%s", d, name) < (int)len &&
+			    access(out, X_OK) == 0) {
+				free(copy);
+				return 0;
+			}
+		}
+		free(copy);
+	}
+	return cis_fail(em, -ENOENT,
+	                "%s: not found next to cistern, in the build tree or in PATH (build it, or "
+	                "give --bin-dir)",
+	                name);
+}
+
+/* The last non-empty line of a log, for an error message. */
+static void log_tail(const char *path, char *out, size_t len)
+{
+	char buf[4096], *start;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	off_t end;
+	ssize_t n;
+
+	out[0] = 0;
+	if (fd < 0)
+		return;
+	end = lseek(fd, 0, SEEK_END);
+	if (end > (off_t)sizeof(buf) - 1)
+		lseek(fd, end - (off_t)sizeof(buf) + 1, SEEK_SET);
+	else
+		lseek(fd, 0, SEEK_SET);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = 0;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+		buf[--n] = 0;
+	start = strrchr(buf, '\n');
+	start = start ? start + 1 : buf;
+	n = (ssize_t)strlen(start);
+	if ((size_t)n >= len)
+		n = (ssize_t)len - 1;
+	memcpy(out, start, (size_t)n);
+	out[n] = 0;
+}
+
+/* ---- children ---- */
+
+static int child_spawn(local_child *c, char *const argv[], cis_errmsg *em)
+{
+	int logfd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	pid_t parent = getpid();
+	pid_t pid;
+
+	if (logfd < 0)
+		return cis_fail(em, -errno, "%s: %s", c->log, strerror(errno));
+	pid = fork();
+	if (pid < 0) {
+		int err = -errno;
+
+		close(logfd);
+		return cis_fail(em, err, "fork %s: %s", c->name, strerror(-err));
+	}
+	if (pid == 0) {
+		sigset_t none;
+		int null = open("/dev/null", O_RDONLY);
+
+		/* Its own process group: a terminal's Ctrl-C goes to the
+		 * supervisor only, which stops the children in order. */
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(1);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if (null >= 0)
+			dup2(null, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		execv(c->bin, argv);
+		dprintf(2, "exec %s: %s\n", c->bin, strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+	c->pid = pid;
+	c->reaped = false;
+	return 0;
+}
+
+/* Reap whatever exited, marking the stack's children. */
+static void reap(local_stack *s)
+{
+	local_child *all[] = {&s->master, &s->worker, &s->fuse};
+	pid_t pid;
+	int st;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		for (size_t i = 0; i < 3; i++) {
+			if (all[i]->pid == pid) {
+				all[i]->reaped = true;
+				all[i]->status = st;
+			}
+		}
+	}
+}
+
+static bool child_alive(const local_child *c)
+{
+	return c->pid > 0 && !c->reaped;
+}
+
+static void child_describe_exit(const local_child *c, char *out, size_t len)
+{
+	char tail[512];
+
+	log_tail(c->log, tail, sizeof(tail));
+	if (WIFEXITED(c->status))
+		snprintf(out, len, "%s exited with status %d", c->name, WEXITSTATUS(c->status));
+	else if (WIFSIGNALED(c->status))
+		snprintf(out, len, "%s killed by signal %d", c->name, WTERMSIG(c->status));
+	else
+		snprintf(out, len, "%s stopped", c->name);
+	if (tail[0]) {
+		size_t n = strlen(out);
+
+		snprintf(out + n, len - n, ": %s", tail);
+	}
+}
+
+/* Wait for a pending stop signal for up to ms. The signal, or 0. */
+static int wait_signal(local_stack *s, long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	siginfo_t si;
+	int sig = sigtimedwait(&s->sigs, &si, &ts);
+
+	if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+		return sig;
+	return 0;
+}
+
+/* SIGTERM, wait up to ms, then SIGKILL. */
+static void child_stop(local_stack *s, local_child *c, uint64_t ms)
+{
+	uint64_t deadline;
+
+	if (!child_alive(c))
+		return;
+	kill(c->pid, SIGTERM);
+	deadline = cis_mono_ms() + ms;
+	while (child_alive(c) && cis_mono_ms() < deadline) {
+		reap(s);
+		if (child_alive(c))
+			cis_sleep_ms(20);
+	}
+	if (child_alive(c)) {
+		kill(c->pid, SIGKILL);
+		while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR)
+			;
+		c->reaped = true;
+	}
+}
+
+/* Everything down, in order: the FUSE client first (so no reader sees a
+ * half-stopped stack), then the worker, then the master; then any mount the
+ * FUSE client could not take away with it. */
+static void stack_teardown(local_stack *s)
+{
+	child_stop(s, &s->fuse, 10000);
+	unmount_fuse(s->mnt);
+	child_stop(s, &s->worker, 10000);
+	child_stop(s, &s->master, 10000);
+}
+
+/* Poll GET /readyz until 200, the child exits, a stop signal or timeout. */
+static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_errmsg *em)
+{
+	char base[64];
+	uint64_t deadline = cis_mono_ms() + (uint64_t)s->timeout_ms;
+	cis_errmsg last = {{0}};
+
+	snprintf(base, sizeof(base), "http://127.0.0.1:%u", http_port);
+	for (;;) {
+		long status = 0;
+		json_t *body = NULL;
+		int rc, sig;
+
+		reap(s);
+		if (!child_alive(c)) {
+			char why[768];
+
+			child_describe_exit(c, why, sizeof(why));
+			return cis_fail(em, -ECHILD, "%s", why);
+		}
+		rc = cis_http_call(base, "GET", "/readyz", NULL, 1000, &status, &body, &last);
+		json_decref(body);
+		if (rc == 0 && status == 200)
+			return 0;
+		if (rc == 0)
+			snprintf(last.text, sizeof(last.text), "/readyz answered %ld", status);
+		if (cis_mono_ms() > deadline)
+			return cis_fail(em, -ETIMEDOUT, "%s not ready after %d s (%s; log: %s)",
+			                c->name, s->timeout_ms / 1000, last.text, c->log);
+		sig = wait_signal(s, LOCAL_POLL_MS);
+		if (sig)
+			return cis_fail(em, -EINTR, "interrupted by signal %d while starting %s",
+			                sig, c->name);
+	}
+}
+
+/* POST /api/v1/mounts {"path": "/", "uri": URI, "options": {...}}. A mount
+ * of / kept from an earlier run (the master's LMDB is in the state dir) is
+ * reused when its URI is the same, else replaced. */
+static int mount_root(local_stack *s, cis_errmsg *em)
+{
+	const char *const *kvs = NULL;
+	size_t n = cis_config_multi(s->cfg, "option", &kvs);
+	json_t *req = json_object(), *opts = json_object(), *reply = NULL;
+	long status = 0;
+	int rc;
+
+	if (!req || !opts) {
+		json_decref(req);
+		json_decref(opts);
+		return cis_fail(em, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *eq = strchr(kvs[i], '=');
+
+		if (!eq || eq == kvs[i]) {
+			json_decref(req);
+			json_decref(opts);
+			return cis_fail(em, -CIS_E_CONFIG, "--option %s: expected key=value",
+			                kvs[i]);
+		}
+		char key[256];
+		size_t klen = (size_t)(eq - kvs[i]);
+
+		if (klen >= sizeof(key)) {
+			json_decref(req);
+			json_decref(opts);
+			return cis_fail(em, -CIS_E_CONFIG, "--option %s: key too long", kvs[i]);
+		}
+		memcpy(key, kvs[i], klen);
+		key[klen] = 0;
+		json_object_set_new(opts, key, json_string(eq + 1));
+	}
+	json_object_set_new(req, "path", json_string("/"));
+	json_object_set_new(req, "uri", json_string(s->uri));
+	json_object_set_new(req, "options", opts);
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		rc = cis_http_call(s->api, "POST", "/api/v1/mounts", req, 60000, &status, &reply,
+		                   em);
+		if (rc < 0)
+			goto out_req;
+		if (status >= 200 && status < 300)
+			goto out_ok;
+		if (status != 409 || attempt > 0)
+			break;
+		/* / is mounted from an earlier run: the same store is kept (its
+		 * namespace is still good), another is replaced. */
+		json_decref(reply);
+		reply = NULL;
+		rc = cis_http_call(s->api, "GET", "/api/v1/mounts", NULL, 10000, &status, &reply,
+		                   em);
+		if (rc < 0)
+			goto out_req;
+		json_t *list = json_is_object(reply) ? json_object_get(reply, "mounts") : reply;
+		size_t i;
+		json_t *m;
+		bool same = false;
+
+		json_array_foreach(list, i, m)
+		{
+			const char *p = json_string_value(json_object_get(m, "path"));
+			const char *u = json_string_value(json_object_get(m, "uri"));
+
+			if (p && strcmp(p, "/") == 0 && u && strcmp(u, s->uri) == 0)
+				same = true;
+		}
+		json_decref(reply);
+		reply = NULL;
+		if (same)
+			goto out_ok;
+		rc = cis_http_call(s->api, "DELETE", "/api/v1/mounts?path=%2F", NULL, 30000,
+		                   &status, &reply, em);
+		if (rc < 0)
+			goto out_req;
+		json_decref(reply);
+		reply = NULL;
+	}
+	{
+		const char *msg = json_string_value(json_object_get(reply, "error"));
+
+		rc = cis_fail(em, status == 404 ? -ENOENT : -CIS_E_STORE, "mount %s: %s", s->uri,
+		              msg ? msg : "refused by the master");
+		if (!msg)
+			snprintf(em->text + strlen(em->text), sizeof(em->text) - strlen(em->text),
+			         " (HTTP %ld)", status);
+		goto out_req;
+	}
+out_ok:
+	rc = 0;
+out_req:
+	json_decref(reply);
+	json_decref(req);
+	return rc;
+}
+
+/* Wait until the FUSE mount is in the mount table. */
+static int wait_mounted(local_stack *s, cis_errmsg *em)
+{
+	uint64_t deadline = cis_mono_ms() + (uint64_t)s->timeout_ms;
+
+	for (;;) {
+		int sig;
+
+		if (mounted_fuse(s->mnt))
+			return 0;
+		reap(s);
+		if (!child_alive(&s->fuse)) {
+			char why[768];
+
+			child_describe_exit(&s->fuse, why, sizeof(why));
+			return cis_fail(em, -ECHILD, "%s", why);
+		}
+		if (cis_mono_ms() > deadline)
+			return cis_fail(em, -ETIMEDOUT, "%s: not mounted after %d s (log: %s)",
+			                s->mnt, s->timeout_ms / 1000, s->fuse.log);
+		sig = wait_signal(s, LOCAL_POLL_MS);
+		if (sig)
+			return cis_fail(em, -EINTR, "interrupted by signal %d while mounting", sig);
+	}
+}
+
+static void port_str(char *out, size_t len, uint16_t p)
+{
+	snprintf(out, len, "%u", p);
+}
+
+/* Start master, worker, mount, FUSE client; each step waits for the last. */
+static int stack_start(local_stack *s, cis_errmsg *em)
+{
+	const char *const *caches = NULL;
+	size_t ncache = cis_config_multi(s->cfg, "cache-dir", &caches);
+	char mdata[PATH_MAX], wstate[PATH_MAX], sock[PATH_MAX], mrpc[8], mhttp[8], wrpc[8],
+	    whttp[8], fhttp[8], master_addr[32];
+	int rc;
+
+	if (!path_join(mdata, sizeof(mdata), s->state, "master") ||
+	    !path_join(wstate, sizeof(wstate), s->state, "worker") ||
+	    !path_join(sock, sizeof(sock), s->state, "worker.sock"))
+		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", s->state);
+	if (strlen(sock) >= 108) /* sun_path */
+		return cis_fail(em, -ENAMETOOLONG,
+		                "%s: too long for a unix socket path (use a shorter --state-dir)",
+		                sock);
+	if ((rc = mkdir_p(mdata)) < 0 || (rc = mkdir_p(wstate)) < 0)
+		return cis_fail(em, rc, "%s: cannot create: %s", s->state, cis_strerror(rc));
+	port_str(mrpc, sizeof(mrpc), s->m_rpc);
+	port_str(mhttp, sizeof(mhttp), s->m_http);
+	port_str(wrpc, sizeof(wrpc), s->w_rpc);
+	port_str(whttp, sizeof(whttp), s->w_http);
+	port_str(fhttp, sizeof(fhttp), s->f_http);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
+
+	char *margv[] = {(char *)"cistern-master",
+	                 (char *)"--data-dir",
+	                 mdata,
+	                 (char *)"--bind",
+	                 (char *)"127.0.0.1",
+	                 (char *)"--rpc-port",
+	                 mrpc,
+	                 (char *)"--http-port",
+	                 mhttp,
+	                 NULL};
+	if ((rc = child_spawn(&s->master, margv, em)) < 0)
+		return rc;
+	if ((rc = wait_ready(s, &s->master, s->m_http, em)) < 0)
+		return rc;
+
+	/* The worker: state, socket, and one --cache-dir per cache. */
+	char *wargv[16 + 2 * 32];
+	int wn = 0;
+
+	wargv[wn++] = (char *)"cistern-worker";
+	wargv[wn++] = (char *)"--master";
+	wargv[wn++] = master_addr;
+	wargv[wn++] = (char *)"--state-dir";
+	wargv[wn++] = wstate;
+	wargv[wn++] = (char *)"--socket";
+	wargv[wn++] = sock;
+	wargv[wn++] = (char *)"--rpc-port";
+	wargv[wn++] = wrpc;
+	wargv[wn++] = (char *)"--http-port";
+	wargv[wn++] = whttp;
+	if (ncache == 0) {
+		wargv[wn++] = (char *)"--cache-dir";
+		wargv[wn++] = s->cache_default;
+	}
+	for (size_t i = 0; i < ncache && i < 32; i++) {
+		wargv[wn++] = (char *)"--cache-dir";
+		wargv[wn++] = (char *)caches[i];
+	}
+	wargv[wn] = NULL;
+	if ((rc = child_spawn(&s->worker, wargv, em)) < 0)
+		return rc;
+	if ((rc = wait_ready(s, &s->worker, s->w_http, em)) < 0)
+		return rc;
+
+	if ((rc = mount_root(s, em)) < 0)
+		return rc;
+
+	char *fargv[] = {(char *)"cistern-fuse",
+	                 s->mnt,
+	                 (char *)"--master",
+	                 master_addr,
+	                 (char *)"-f",
+	                 (char *)"--http-port",
+	                 fhttp,
+	                 NULL};
+	if ((rc = child_spawn(&s->fuse, fargv, em)) < 0)
+		return rc;
+	return wait_mounted(s, em);
+}
+
+static int write_state_files(local_stack *s)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8], master_addr[32];
+	json_t *j;
+	FILE *f;
+	int rc = 0;
+
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
+	j = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "pid",
+	              (json_int_t)getpid(), "api", s->api, "master", master_addr, "mountpoint",
+	              s->mnt, "uri", s->uri, "state_dir", s->state, "master_pid",
+	              (json_int_t)s->master.pid, "worker_pid", (json_int_t)s->worker.pid,
+	              "fuse_pid", (json_int_t)s->fuse.pid, "worker_http_port",
+	              (json_int_t)s->w_http, "fuse_http_port", (json_int_t)s->f_http,
+	              "worker_rpc_port", (json_int_t)s->w_rpc);
+	if (!j)
+		return -ENOMEM;
+	path_join(path, sizeof(path), s->state, "local.json");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (json_dump_file(j, tmp, JSON_INDENT(2)) < 0 || rename(tmp, path) < 0)
+		rc = -EIO;
+	json_decref(j);
+	path_join(path, sizeof(path), s->state, "local.pid");
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", (int)getpid());
+	if (fclose(f) != 0)
+		rc = -EIO;
+	return rc;
+}
+
+static void remove_state_files(local_stack *s)
+{
+	char path[PATH_MAX];
+
+	if (path_join(path, sizeof(path), s->state, "local.json"))
+		unlink(path);
+	if (path_join(path, sizeof(path), s->state, "local.pid"))
+		unlink(path);
+}
+
+/* The supervisor: start, report to ready_fd (or stdout with -f), then wait
+ * for a stop signal or a child's death, and tear down. Exit code. */
+static int supervise(local_stack *s, int ready_fd)
+{
+	cis_errmsg em = {{0}};
+	int rc, code = 0;
+	char line[LOCAL_LINE_MAX];
+
+	rc = stack_start(s, &em);
+	if (rc < 0) {
+		stack_teardown(s);
+		snprintf(line, sizeof(line), "cistern local: %s\n", cis_errmsg_or(&em, rc));
+		if (ready_fd >= 0) {
+			dprintf(ready_fd, "%s", line);
+			close(ready_fd);
+		}
+		fputs(line, stderr);
+		return 1;
+	}
+	write_state_files(s);
+	snprintf(line, sizeof(line),
+	         "cistern local: ready: %s mounted at %s (api %s, state %s, pid %d)\n", s->uri,
+	         s->mnt, s->api, s->state, (int)getpid());
+	if (ready_fd >= 0) {
+		dprintf(ready_fd, "%s", line);
+		close(ready_fd);
+	}
+	fputs(line, stdout);
+	fflush(stdout);
+
+	for (;;) {
+		int sig = wait_signal(s, 500);
+
+		if (sig) {
+			fprintf(stderr, "cistern local: signal %d: unmounting %s and stopping\n",
+			        sig, s->mnt);
+			break;
+		}
+		reap(s);
+		local_child *all[] = {&s->master, &s->worker, &s->fuse};
+
+		for (size_t i = 0; i < 3; i++) {
+			if (!child_alive(all[i])) {
+				char why[768];
+
+				child_describe_exit(all[i], why, sizeof(why));
+				fprintf(stderr, "cistern local: %s; stopping the rest\n", why);
+				code = 1;
+			}
+		}
+		if (code)
+			break;
+		/* Unmounted from outside (fusermount3 -u): cistern-fuse exits
+		 * by itself and the loop above sees it. */
+	}
+	stack_teardown(s);
+	remove_state_files(s);
+	fprintf(stderr, "cistern local: stopped\n");
+	return code;
+}
+
+/* ---- set-up shared by start and stop ---- */
+
+static int default_state_dir(const char *mnt, char *out, size_t len, cis_errmsg *em)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char base[PATH_MAX];
+	uint64_t h = cis_hash64(mnt, strlen(mnt), 0);
+	const char *name = strrchr(mnt, '/');
+
+	if (xdg && *xdg)
+		snprintf(base, sizeof(base), "%s/cistern/local", xdg);
+	else if (home && *home)
+		snprintf(base, sizeof(base), "%s/.cache/cistern/local", home);
+	else
+		return cis_fail(em, -CIS_E_CONFIG,
+		                "neither HOME nor XDG_CACHE_HOME is set: give "
+		                "--state-dir");
+	name = name && name[1] ? name + 1 : "root";
+	if (snprintf(out, len, "%s/%.32s-%08x", base, name, (unsigned)(h & 0xffffffffu)) >=
+	    (int)len)
+		return cis_fail(em, -ENAMETOOLONG, "state directory path too long");
+	return 0;
+}
+
+static int resolve_state_dir(const cis_config *cfg, const char *mnt, char *out, size_t len,
+                             cis_errmsg *em)
+{
+	const char *sd = cis_config_str(cfg, "state-dir");
+	int rc;
+
+	if (!sd)
+		return default_state_dir(mnt, out, len, em);
+	if ((rc = mkdir_p(sd)) < 0)
+		return cis_fail(em, rc, "%s: cannot create: %s", sd, cis_strerror(rc));
+	if (!realpath(sd, out))
+		return cis_fail(em, -errno, "%s: %s", sd, strerror(errno));
+	return 0;
+}
+
+static pid_t read_pid(const char *state)
+{
+	char path[PATH_MAX];
+	FILE *f;
+	int pid = 0;
+
+	if (!path_join(path, sizeof(path), state, "local.pid"))
+		return 0;
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	return pid > 0 ? pid : 0;
+}
+
+static int local_stop(const cis_config *cfg, const char *mnt_arg)
+{
+	char mnt[PATH_MAX], state[PATH_MAX];
+	cis_errmsg em = {{0}};
+	pid_t pid;
+	int rc;
+
+	if ((rc = abs_mountpoint(mnt_arg, mnt, sizeof(mnt), &em)) < 0 ||
+	    (rc = resolve_state_dir(cfg, mnt, state, sizeof(state), &em)) < 0) {
+		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
+		return 1;
+	}
+	pid = read_pid(state);
+	if (pid > 0 && kill(pid, 0) == 0) {
+		uint64_t deadline = cis_mono_ms() + LOCAL_STOP_TIMEOUT_MS + 30000;
+
+		kill(pid, SIGTERM);
+		while (kill(pid, 0) == 0 && cis_mono_ms() < deadline)
+			cis_sleep_ms(50);
+		if (kill(pid, 0) == 0) {
+			fprintf(stderr, "cistern local: pid %d did not stop; see %s/logs\n",
+			        (int)pid, state);
+			return 1;
+		}
+		printf("cistern local: stopped %s (pid %d)\n", mnt, (int)pid);
+		return 0;
+	}
+	if (mounted_fuse(mnt)) {
+		/* A mount left by a killed stack: take it away. */
+		unmount_fuse(mnt);
+		if (mounted_fuse(mnt)) {
+			fprintf(stderr, "cistern local: %s: cannot unmount (busy?)\n", mnt);
+			return 1;
+		}
+		printf("cistern local: unmounted a stale mount at %s\n", mnt);
+		return 0;
+	}
+	fprintf(stderr, "cistern local: %s: no cistern local running for it (state %s)\n", mnt,
+	        state);
+	return 1;
+}
+
+static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_errmsg *em)
+{
+	int64_t v;
+	int rc = cis_config_int(cfg, name, 1, 65534, &v, em);
+
+	if (rc < 0)
+		return rc;
+	*out = (uint16_t)v;
+	return 0;
+}
+
+/* Checks that need no daemon: mount point usable, ports, binaries, lock. */
+static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
+{
+	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
+	uint16_t used[8], dm, dw, df;
+	size_t nused = 0;
+	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
+	struct stat st;
+	int64_t t;
+	int rc;
+
+	if (strncmp(s->uri, "s3://", 5) != 0 && strncmp(s->uri, "file://", 7) != 0)
+		return cis_fail(em, -CIS_E_URI,
+		                "%s: unsupported URI (use s3://bucket/prefix or "
+		                "file:///dir)",
+		                s->uri);
+	if ((rc = cis_config_int(s->cfg, "timeout", 1, 3600, &t, em)) < 0)
+		return rc;
+	s->timeout_ms = (int)t * 1000;
+	if ((rc = abs_mountpoint(mnt_arg, s->mnt, sizeof(s->mnt), em)) < 0)
+		return rc;
+	if (mounted(s->mnt, fs, sizeof(fs))) {
+		if (strncmp(fs, "fuse", 4) == 0 && stat(s->mnt, &st) < 0 && errno == ENOTCONN) {
+			/* Left by a stack that was killed: nobody serves it. */
+			unmount_fuse(s->mnt);
+		}
+		if (mounted(s->mnt, fs, sizeof(fs)))
+			return cis_fail(em, -EBUSY,
+			                "%s: already a mount point (%s); unmount it first "
+			                "(cistern local --stop %s, or fusermount3 -u %s)",
+			                s->mnt, fs, s->mnt, s->mnt);
+	}
+	if (stat(s->mnt, &st) < 0) {
+		if (errno != ENOENT)
+			return cis_fail(em, -errno, "%s: %s", s->mnt, strerror(errno));
+		if (mkdir(s->mnt, 0755) < 0)
+			return cis_fail(em, -errno, "%s: cannot create: %s", s->mnt,
+			                strerror(errno));
+	} else if (!S_ISDIR(st.st_mode)) {
+		return cis_fail(em, -ENOTDIR, "%s: not a directory", s->mnt);
+	}
+
+	if ((rc = find_daemon(bin_dir, "cistern-master", "master", s->master.bin,
+	                      sizeof(s->master.bin), em)) < 0 ||
+	    (rc = find_daemon(bin_dir, "cistern-worker", "worker", s->worker.bin,
+	                      sizeof(s->worker.bin), em)) < 0 ||
+	    (rc = find_daemon(bin_dir, "cistern-fuse", "fuse", s->fuse.bin, sizeof(s->fuse.bin),
+	                      em)) < 0)
+		return rc;
+
+	if ((rc = resolve_state_dir(s->cfg, s->mnt, s->state, sizeof(s->state), em)) < 0)
+		return rc;
+	if (!path_join(logs, sizeof(logs), s->state, "logs") ||
+	    !path_join(lockp, sizeof(lockp), s->state, "lock"))
+		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", s->state);
+	if ((rc = mkdir_p(logs)) < 0)
+		return cis_fail(em, rc, "%s: cannot create: %s", logs, cis_strerror(rc));
+	*lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (*lock_fd < 0)
+		return cis_fail(em, -errno, "%s: %s", lockp, strerror(errno));
+	if (flock(*lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		pid_t other = read_pid(s->state);
+
+		close(*lock_fd);
+		*lock_fd = -1;
+		return cis_fail(em, -EBUSY,
+		                "%s: already in use by a running cistern local (pid %d); stop it "
+		                "with cistern local --stop %s",
+		                s->state, (int)other, s->mnt);
+	}
+	if (!path_join(s->master.log, sizeof(s->master.log), logs, "master.log") ||
+	    !path_join(s->worker.log, sizeof(s->worker.log), logs, "worker.log") ||
+	    !path_join(s->fuse.log, sizeof(s->fuse.log), logs, "fuse.log"))
+		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", logs);
+
+	/* Default cache: STATE/cache, half the free space there, 1..64 GiB. */
+	{
+		char cdir[PATH_MAX];
+		struct statvfs vfs;
+		uint64_t size = 4ull << 30;
+
+		path_join(cdir, sizeof(cdir), s->state, "cache");
+		if ((rc = mkdir_p(cdir)) < 0)
+			return cis_fail(em, rc, "%s: cannot create: %s", cdir, cis_strerror(rc));
+		if (statvfs(cdir, &vfs) == 0) {
+			size = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
+			if (size > (64ull << 30))
+				size = 64ull << 30;
+			if (size < (1ull << 30))
+				size = 1ull << 30;
+		}
+		snprintf(s->cache_default, sizeof(s->cache_default), "%s:%lluM", cdir,
+		         (unsigned long long)(size >> 20));
+	}
+
+	if ((rc = port_opt(s->cfg, "master-port", &dm, em)) < 0 ||
+	    (rc = port_opt(s->cfg, "worker-port", &dw, em)) < 0 ||
+	    (rc = port_opt(s->cfg, "fuse-http-port", &df, em)) < 0)
+		return rc;
+	if (pick_port(dm, true, used, &nused, &s->m_rpc) < 0 ||
+	    pick_port(dw, true, used, &nused, &s->w_rpc) < 0 ||
+	    pick_port(df, false, used, &nused, &s->f_http) < 0)
+		return cis_fail(em, -EADDRINUSE, "no free TCP ports for the daemons");
+	s->m_http = (uint16_t)(s->m_rpc + 1);
+	s->w_http = (uint16_t)(s->w_rpc + 1);
+	snprintf(s->api, sizeof(s->api), "http://127.0.0.1:%u", s->m_http);
+	return 0;
+}
+
+int cli_cmd_local(int argc, char **argv)
+{
+	cis_config *cfg = NULL;
+	cis_errmsg em = {{0}};
+	local_stack s;
+	int rc, lock_fd = -1, pipefd[2];
+	bool fg;
+
+	memset(&s, 0, sizeof(s));
+	s.master.name = "cistern-master";
+	s.worker.name = "cistern-worker";
+	s.fuse.name = "cistern-fuse";
+
+	rc = cis_config_load(&cfg, local_opts, NULL, argc, argv, 1, &em);
+	if (rc == 1) {
+		cis_config_usage(local_opts, stdout, local_synopsis);
+		cis_config_free(cfg);
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
+		return 2;
+	}
+	s.cfg = cfg;
+	if (cis_config_bool(cfg, "stop")) {
+		if (cis_config_npos(cfg) != 1) {
+			fprintf(stderr, "cistern local: --stop takes one MOUNTPOINT\n");
+			rc = 2;
+		} else {
+			rc = local_stop(cfg, cis_config_pos(cfg, 0));
+		}
+		cis_config_free(cfg);
+		return rc;
+	}
+	if (cis_config_npos(cfg) != 2) {
+		cis_config_usage(local_opts, stderr, local_synopsis);
+		cis_config_free(cfg);
+		return 2;
+	}
+	s.uri = cis_config_pos(cfg, 0);
+	fg = cis_config_bool(cfg, "foreground");
+
+	rc = local_prepare(&s, cis_config_pos(cfg, 1), &lock_fd, &em);
+	if (rc < 0) {
+		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
+		goto out_lock;
+	}
+
+	/* The supervisor takes stop signals synchronously (sigtimedwait), and
+	 * reaps its children itself. */
+	signal(SIGCHLD, SIG_DFL);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&s.sigs);
+	sigaddset(&s.sigs, SIGINT);
+	sigaddset(&s.sigs, SIGTERM);
+	sigaddset(&s.sigs, SIGHUP);
+	sigaddset(&s.sigs, SIGCHLD);
+
+	if (fg) {
+		sigprocmask(SIG_BLOCK, &s.sigs, NULL);
+		rc = supervise(&s, -1) ? -1 : 0;
+		goto out_lock;
+	}
+
+	/* Background: fork the supervisor; it reports one line through a
+	 * pipe, which we print; EOF without a line means it died. */
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		fprintf(stderr, "cistern local: pipe: %s\n", strerror(errno));
+		rc = -1;
+		goto out_lock;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+
+	if (pid < 0) {
+		fprintf(stderr, "cistern local: fork: %s\n", strerror(errno));
+		close(pipefd[0]);
+		close(pipefd[1]);
+		rc = -1;
+		goto out_lock;
+	}
+	if (pid == 0) {
+		char logp[PATH_MAX + 16];
+		int null = open("/dev/null", O_RDWR), logfd;
+
+		close(pipefd[0]);
+		setsid();
+		sigprocmask(SIG_BLOCK, &s.sigs, NULL);
+		snprintf(logp, sizeof(logp), "%s/logs/local.log", s.state);
+		logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (null >= 0)
+			dup2(null, 0);
+		if (logfd >= 0) {
+			dup2(logfd, 1);
+			dup2(logfd, 2);
+		}
+		_exit(supervise(&s, pipefd[1]));
+	}
+	close(pipefd[1]);
+	if (lock_fd >= 0) {
+		close(lock_fd); /* the supervisor holds it now */
+		lock_fd = -1;
+	}
+	{
+		char line[LOCAL_LINE_MAX];
+		size_t n = 0;
+		ssize_t r;
+
+		while (n < sizeof(line) - 1 &&
+		       ((r = read(pipefd[0], line + n, sizeof(line) - 1 - n)) > 0 ||
+		        (r < 0 && errno == EINTR)))
+			if (r > 0)
+				n += (size_t)r;
+		close(pipefd[0]);
+		line[n] = 0;
+		if (strncmp(line, "cistern local: ready:", 21) == 0) {
+			fputs(line, stdout);
+			printf("cistern local: stop with: cistern local --stop %s\n", s.mnt);
+			rc = 0;
+		} else {
+			int st;
+
+			if (n)
+				fputs(line, stderr);
+			else
+				fprintf(stderr,
+				        "cistern local: the supervisor died while starting (see "
+				        "%s/logs)\n",
+				        s.state);
+			waitpid(pid, &st, 0);
+			rc = -1;
+		}
+	}
+out_lock:
+	if (lock_fd >= 0)
+		close(lock_fd);
+	cis_config_free(cfg);
+	return rc < 0 ? 1 : 0;
+}
