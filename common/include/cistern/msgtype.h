@@ -1,6 +1,6 @@
 /* Message type codes carried in the frame header. One range per service;
  * each request type's reply uses the same code with CIS_FRAME_REPLY. The
- * message for each code is named beside it (common/proto/*.proto). */
+ * message for each code is named beside it (the .proto files in common/proto/). */
 #ifndef CISTERN_MSGTYPE_H
 #define CISTERN_MSGTYPE_H
 
