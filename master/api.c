@@ -1,0 +1,406 @@
+/* The HTTP admin API (JSON), for the CLI and operators; docs/api.md lists
+ * every endpoint. mst_api_handle works without a socket (tests, fuzzing);
+ * main.c routes the HTTP server's requests to it. Credentials are never in
+ * a reply: mount options that are secrets show as "***". */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/config.h"
+#include "cistern/log.h"
+#include "master.h"
+
+const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", NULL};
+
+static int status_of(int code)
+{
+	switch (code) {
+	case -ENOENT:
+	case -CIS_E_NOBUCKET:
+		return 404;
+	case -EINVAL:
+	case -ENAMETOOLONG:
+	case -ENOTDIR:
+	case -EISDIR:
+	case -CIS_E_URI:
+	case -CIS_E_PARSE:
+	case -CIS_E_CONFIG:
+	case -CIS_E_TOOBIG:
+		return 400;
+	case -EEXIST:
+	case -EBUSY:
+	case -ESTALE:
+		return 409;
+	case -CIS_E_DENIED:
+	case -EACCES:
+	case -EPERM:
+		return 403;
+	case -CIS_E_STORE:
+	case -EIO:
+	case -ETIMEDOUT:
+	case -ECONNREFUSED:
+		return 502;
+	default:
+		return 500;
+	}
+}
+
+static int fail(json_t **out, int code, const cis_errmsg *em)
+{
+	*out = json_pack("{s:s, s:i}", "error", cis_errmsg_or(em, code), "code", code);
+	return status_of(code);
+}
+
+static int fail_msg(json_t **out, int status, const char *msg)
+{
+	*out = json_pack("{s:s}", "error", msg);
+	return status;
+}
+
+static json_t *inode_json(const mst_inode *i, const char *path)
+{
+	return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s, s:b}", "inode",
+	                 (json_int_t)i->id, "parent", (json_int_t)i->parent, "name", i->name,
+	                 "path", path, "type", i->type == MST_DIR ? "dir" : "file", "size",
+	                 (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns, "mode",
+	                 (json_int_t)i->mode, "version", i->version, "mount_id",
+	                 (json_int_t)i->mount_id, "key", i->key, "mount_point", i->mount_point);
+}
+
+/* A path from a query parameter or a JSON field, checked. */
+static int get_path(const cis_kvlist *q, json_t *body, const char **path, cis_errmsg *em)
+{
+	const char *p = NULL;
+	size_t len = 0;
+	if (body) {
+		json_t *jp = json_object_get(body, "path");
+		if (jp && !json_is_string(jp))
+			return cis_fail(em, -EINVAL, "\"path\" must be a string");
+		if (jp) {
+			p = json_string_value(jp);
+			len = json_string_length(jp);
+		}
+	}
+	if (!p && q) {
+		p = cis_kvlist_get(q, "path");
+		len = p ? strlen(p) : 0;
+	}
+	if (!p)
+		return cis_fail(em, -EINVAL, "no path given");
+	int err = mst_path_check(p, len, em);
+	if (err)
+		return err;
+	*path = p;
+	return 0;
+}
+
+static bool truthy(const char *s)
+{
+	return s && (!strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "yes"));
+}
+
+static int api_mounts_get(mst_master *m, json_t **out)
+{
+	*out = json_pack("{s:o}", "mounts", mst_mounts_json(m));
+	return 200;
+}
+
+static int api_mounts_post(mst_master *m, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	cis_kvlist opts = CIS_KVLIST_INIT;
+	mst_mount_req r = {.sync_interval_ms = -1};
+	int status;
+	if (!body)
+		return fail_msg(out, 400, "a json object body is required");
+	int err = get_path(NULL, body, &r.path, &em);
+	if (err)
+		return fail(out, err, &em);
+	json_t *ju = json_object_get(body, "uri");
+	if (!json_is_string(ju) || !*json_string_value(ju))
+		return fail_msg(out, 400, "\"uri\" must be a non-empty string");
+	if (strlen(json_string_value(ju)) != json_string_length(ju))
+		return fail_msg(out, 400, "\"uri\" contains a nul byte");
+	r.uri = json_string_value(ju);
+	json_t *jo = json_object_get(body, "options");
+	if (jo && !json_is_object(jo))
+		return fail_msg(out, 400, "\"options\" must be an object of strings");
+	const char *k;
+	json_t *v;
+	json_object_foreach(jo, k, v)
+	{
+		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+			status = fail_msg(out, 400, "\"options\" values must be strings");
+			goto out_opts;
+		}
+		if (!*k || cis_kvlist_set(&opts, k, json_string_value(v))) {
+			status = fail_msg(out, 400, "bad option name");
+			goto out_opts;
+		}
+	}
+	r.options = &opts;
+	json_t *jr = json_object_get(body, "read_only");
+	if (jr && !json_is_boolean(jr)) {
+		status = fail_msg(out, 400, "\"read_only\" must be true or false");
+		goto out_opts;
+	}
+	r.read_only = json_is_true(jr);
+	json_t *jb = json_object_get(body, "block_size");
+	if (json_is_integer(jb) && json_integer_value(jb) > 0) {
+		r.block_size = (uint64_t)json_integer_value(jb);
+	} else if (json_is_string(jb)) {
+		if (cis_parse_size(json_string_value(jb), &r.block_size) || !r.block_size) {
+			status = fail_msg(out, 400, "bad \"block_size\"");
+			goto out_opts;
+		}
+	} else if (jb) {
+		status = fail_msg(out, 400, "bad \"block_size\"");
+		goto out_opts;
+	}
+	json_t *js = json_object_get(body, "sync_interval");
+	if (json_is_integer(js) && json_integer_value(js) >= 0) {
+		r.sync_interval_ms = json_integer_value(js) * 1000; /* seconds */
+	} else if (json_is_string(js)) {
+		uint64_t ms;
+		if (cis_parse_duration_ms(json_string_value(js), &ms) || ms > INT64_MAX / 2) {
+			status = fail_msg(out, 400, "bad \"sync_interval\"");
+			goto out_opts;
+		}
+		r.sync_interval_ms = (int64_t)ms;
+	} else if (js) {
+		status = fail_msg(out, 400, "bad \"sync_interval\"");
+		goto out_opts;
+	}
+	uint64_t id;
+	err = mst_mount_add(m, &r, &id, &em);
+	if (err) {
+		status = fail(out, err, &em);
+		goto out_opts;
+	}
+	json_t *mj = json_null();
+	pthread_mutex_lock(&m->mounts_lock);
+	for (size_t i = 0; i < m->nmounts; i++)
+		if (m->mounts[i]->id == id) {
+			json_decref(mj);
+			mj = mst_mount_json(m->mounts[i]);
+		}
+	pthread_mutex_unlock(&m->mounts_lock);
+	*out = json_pack("{s:o}", "mount", mj);
+	status = 201;
+out_opts:
+	cis_kvlist_free(&opts);
+	return status;
+}
+
+static int api_mounts_delete(mst_master *m, const cis_kvlist *q, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	const char *path;
+	int err = get_path(q, body, &path, &em);
+	if (!err)
+		err = mst_mount_remove(m, path, &em);
+	if (err)
+		return fail(out, err, &em);
+	*out = json_pack("{s:s}", "removed", path);
+	return 200;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir);
+	char *p = malloc(dl + strlen(name) + 2);
+	if (p)
+		sprintf(p, "%s%s%s", dir, (dl && dir[dl - 1] == '/') ? "" : "/", name);
+	return p;
+}
+
+static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	const char *path;
+	mst_inode *dir = malloc(sizeof(*dir));
+	int status;
+	if (!dir)
+		return fail_msg(out, 500, "out of memory");
+	int err = get_path(q, NULL, &path, &em);
+	if (!err)
+		err = mst_ns_resolve(m, path, dir, &em);
+	if (err) {
+		status = fail(out, err, &em);
+		goto out_dir;
+	}
+	if (dir->type != MST_DIR) {
+		/* ls of a file shows the file, as ls(1) does */
+		*out = json_pack("{s:s, s:[o], s:I, s:b}", "path", path, "entries",
+		                 inode_json(dir, path), "next_cookie", (json_int_t)0, "eof", 1);
+		status = 200;
+		goto out_dir;
+	}
+	uint64_t limit = 1000, cookie = 0;
+	const char *ls = cis_kvlist_get(q, "limit"), *cs = cis_kvlist_get(q, "cookie");
+	if ((ls && (cis_parse_size(ls, &limit) || limit == 0 || limit > 4096)) ||
+	    (cs && cis_parse_size(cs, &cookie))) {
+		status = fail_msg(out, 400, "bad limit or cookie");
+		goto out_dir;
+	}
+	mst_inode *ents;
+	size_t n;
+	uint64_t next;
+	bool eof;
+	err = mst_ns_readdir(m, dir->id, cookie, limit, &ents, &n, &next, &eof, &em);
+	if (err) {
+		status = fail(out, err, &em);
+		goto out_dir;
+	}
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		char *p = join(path, ents[i].name);
+		json_array_append_new(arr, inode_json(&ents[i], p ? p : ents[i].name));
+		free(p);
+	}
+	free(ents);
+	*out = json_pack("{s:s, s:o, s:I, s:b}", "path", path, "entries", arr, "next_cookie",
+	                 (json_int_t)next, "eof", eof);
+	status = 200;
+out_dir:
+	free(dir);
+	return status;
+}
+
+static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	const char *path;
+	mst_inode *ino = malloc(sizeof(*ino));
+	if (!ino)
+		return fail_msg(out, 500, "out of memory");
+	int err = get_path(q, NULL, &path, &em);
+	if (!err)
+		err = mst_ns_resolve(m, path, ino, &em);
+	if (err) {
+		free(ino);
+		return fail(out, err, &em);
+	}
+	json_t *o = inode_json(ino, path);
+	json_t *mj = json_null();
+	pthread_mutex_lock(&m->mounts_lock);
+	for (size_t i = 0; i < m->nmounts; i++)
+		if (m->mounts[i]->id == ino->mount_id) {
+			json_decref(mj);
+			mj = mst_mount_json(m->mounts[i]);
+		}
+	pthread_mutex_unlock(&m->mounts_lock);
+	json_object_set_new(o, "mount", mj);
+	if (ino->type == MST_DIR)
+		json_object_set_new(o, "listed_ns", json_integer(ino->listed_ns));
+	else if (json_is_object(mj))
+		json_object_set_new(
+		    o, "blocks",
+		    json_integer(
+		        (json_int_t)((ino->size +
+		                      json_integer_value(json_object_get(mj, "block_size")) - 1) /
+		                     json_integer_value(json_object_get(mj, "block_size")))));
+	free(ino);
+	*out = o;
+	return 200;
+}
+
+static int api_sync(mst_master *m, const cis_kvlist *q, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	const char *path;
+	bool rec = false;
+	int err = get_path(q, body, &path, &em);
+	if (err)
+		return fail(out, err, &em);
+	json_t *jr = body ? json_object_get(body, "recursive") : NULL;
+	if (jr && !json_is_boolean(jr))
+		return fail_msg(out, 400, "\"recursive\" must be true or false");
+	rec = json_is_true(jr) || truthy(cis_kvlist_get(q, "recursive"));
+	uint64_t dirs;
+	err = mst_ns_sync(m, path, rec, &dirs, &em);
+	if (err)
+		return fail(out, err, &em);
+	*out = json_pack("{s:s, s:b, s:I}", "path", path, "recursive", rec, "dirs_synced",
+	                 (json_int_t)dirs);
+	return 200;
+}
+
+static int api_workers(mst_master *m, json_t **out)
+{
+	*out = mst_workers_json(m->workers);
+	return 200;
+}
+
+static int api_report(mst_master *m, json_t **out)
+{
+	json_t *w = mst_workers_json(m->workers);
+	json_t *arr = json_object_get(w, "workers");
+	uint64_t cap = 0, used = 0;
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v)
+	{
+		cap += (uint64_t)json_integer_value(json_object_get(v, "capacity"));
+		used += (uint64_t)json_integer_value(json_object_get(v, "used"));
+	}
+	*out = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:I}", "mounts",
+	                 (json_int_t)mst_mount_count(m), "inodes", (json_int_t)mst_inode_count(m),
+	                 "workers_live", (json_int_t)json_array_size(arr), "capacity",
+	                 (json_int_t)cap, "used", (json_int_t)used, "worker_list_version",
+	                 (json_int_t)mst_workers_version(m->workers), "blocks_indexed",
+	                 json_object_get(w, "blocks_indexed"), "store_lists",
+	                 (json_int_t)cis_counter_get(m->c_store_lists));
+	json_decref(w);
+	return 200;
+}
+
+int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
+                   json_t *body, json_t **out)
+{
+	static const struct {
+		const char *path;
+		const char *methods;
+	} known[] = {
+	    {"/api/v1/mounts", "GET POST DELETE"},
+	    {"/api/v1/ls", "GET"},
+	    {"/api/v1/stat", "GET"},
+	    {"/api/v1/sync", "POST"},
+	    {"/api/v1/report", "GET"},
+	    {"/api/v1/workers", "GET"},
+	};
+	*out = NULL;
+	cis_counter_inc(m->c_api_requests);
+	if (!method || !path)
+		return fail_msg(out, 400, "bad request");
+	bool found = false;
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(path, known[i].path)) {
+			found = true;
+			const char *p = strstr(known[i].methods, method);
+			size_t ml = strlen(method);
+			if (!ml || !p || (p[ml] != ' ' && p[ml] != 0))
+				return fail_msg(out, 405, "method not allowed");
+		}
+	if (!found)
+		return fail_msg(out, 404, "no such endpoint");
+	if (body && !json_is_object(body))
+		return fail_msg(out, 400, "the body must be a json object");
+	if (!strcmp(path, "/api/v1/mounts")) {
+		if (!strcmp(method, "GET"))
+			return api_mounts_get(m, out);
+		if (!strcmp(method, "POST"))
+			return api_mounts_post(m, body, out);
+		return api_mounts_delete(m, query, body, out);
+	}
+	if (!strcmp(path, "/api/v1/ls"))
+		return api_ls(m, query, out);
+	if (!strcmp(path, "/api/v1/stat"))
+		return api_stat(m, query, out);
+	if (!strcmp(path, "/api/v1/sync"))
+		return api_sync(m, query, body, out);
+	if (!strcmp(path, "/api/v1/report"))
+		return api_report(m, out);
+	return api_workers(m, out);
+}

@@ -1,0 +1,150 @@
+/* cistern-master: flags, start-up, the RPC and HTTP servers, signals.
+ * SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing committed. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/config.h"
+#include "cistern/http.h"
+#include "cistern/log.h"
+#include "cistern/rpc.h"
+#include "master.h"
+
+static const cis_opt opts[] = {
+    {"data-dir", "DIR", "/var/lib/cistern/master", "where the LMDB state lives", false, 0},
+    {"bind", "ADDR", "0.0.0.0", "address to listen on", false, 0},
+    {"rpc-port", "N", "19600", "binary RPC port (clients, workers)", false, 0},
+    {"http-port", "N", "19601", "HTTP admin API and /metrics port", false, 0},
+    {"io-threads", "N", "8", "RPC I/O threads", false, 0},
+    {"map-size", "SIZE", "64G", "LMDB map size (sparse)", false, 0},
+    {"heartbeat-interval", "DURATION", "3s", "worker heartbeat interval", false, 0},
+    {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
+    {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
+    CIS_OPT_END,
+};
+
+static const char *const api_paths[][2] = {
+    {"GET", "/api/v1/mounts"}, {"POST", "/api/v1/mounts"}, {"DELETE", "/api/v1/mounts"},
+    {"GET", "/api/v1/ls"},     {"GET", "/api/v1/stat"},    {"POST", "/api/v1/sync"},
+    {"GET", "/api/v1/report"}, {"GET", "/api/v1/workers"},
+};
+
+static void http_api(void *ctx, cis_http_req *req)
+{
+	mst_master *m = ctx;
+	cis_kvlist q = CIS_KVLIST_INIT;
+	json_t *body = NULL, *out = NULL;
+	const char *method = cis_http_req_method(req);
+
+	for (size_t i = 0; mst_api_query_names[i]; i++) {
+		const char *v = cis_http_req_query(req, mst_api_query_names[i]);
+		if (v && cis_kvlist_set(&q, mst_api_query_names[i], v)) {
+			cis_http_reply_error(req, 500, "out of memory");
+			goto out_q;
+		}
+	}
+	if (!strcmp(method, "POST")) {
+		body = cis_http_req_json(req);
+		if (!body)
+			goto out_q; /* the server replied 400 */
+	}
+	int status = mst_api_handle(m, method, cis_http_req_path(req), &q, body, &out);
+	cis_http_reply_json(req, status, out ? out : json_object());
+out_q:
+	cis_kvlist_free(&q);
+}
+
+int main(int argc, char **argv)
+{
+	cis_config *cfg;
+	cis_errmsg em = {{0}};
+	int64_t rpc_port, http_port, io_threads;
+	uint64_t map_size, hb_ms, lost_ms;
+	enum cis_log_level lvl;
+	int rc = cis_config_load(&cfg, opts, "CISTERN_", argc, argv, 1, &em);
+	if (rc == 1) {
+		cis_config_usage(opts, stdout, "cistern-master [--config FILE] [flags]");
+		return 0;
+	}
+	if (rc)
+		cis_die("%s", cis_errmsg_or(&em, rc));
+	if (cis_log_parse_level(cis_config_str(cfg, "log-level"), &lvl))
+		cis_die("bad --log-level '%s'", cis_config_str(cfg, "log-level"));
+	cis_log_init("cistern-master", lvl);
+	if (cis_config_int(cfg, "rpc-port", 0, 65535, &rpc_port, &em) ||
+	    cis_config_int(cfg, "http-port", 0, 65535, &http_port, &em) ||
+	    cis_config_int(cfg, "io-threads", 1, 256, &io_threads, &em) ||
+	    cis_config_size(cfg, "map-size", &map_size, &em) ||
+	    cis_config_duration_ms(cfg, "heartbeat-interval", &hb_ms, &em) ||
+	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em))
+		cis_die("%s", em.text);
+	if (cis_config_npos(cfg))
+		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));
+
+	/* Signals are taken synchronously by the main thread: block them
+	 * before any thread starts so every thread inherits the mask. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	cis_metrics *metrics = cis_metrics_new();
+	if (!metrics)
+		cis_die("out of memory");
+	mst_master *m;
+	mst_open_opts mo = {
+	    .data_dir = cis_config_str(cfg, "data-dir"),
+	    .map_size = map_size,
+	    .heartbeat_ms = hb_ms,
+	    .lost_timeout_ms = lost_ms,
+	    .metrics = metrics,
+	};
+	rc = mst_open(&mo, &m, &em);
+	if (rc)
+		cis_die("%s", cis_errmsg_or(&em, rc));
+
+	cis_http_server *http;
+	cis_http_server_opts ho = {
+	    .bind_addr = cis_config_str(cfg, "bind"),
+	    .port = (uint16_t)http_port,
+	    .metrics = metrics,
+	};
+	rc = cis_http_server_new(&ho, &http, &em);
+	if (rc)
+		cis_die("http: %s", cis_errmsg_or(&em, rc));
+	for (size_t i = 0; i < sizeof(api_paths) / sizeof(api_paths[0]); i++)
+		if (cis_http_route(http, api_paths[i][0], api_paths[i][1], http_api, m))
+			cis_die("http: cannot add route %s", api_paths[i][1]);
+
+	cis_rpc_server *rpc;
+	cis_rpc_server_opts ro = {
+	    .bind_addr = cis_config_str(cfg, "bind"),
+	    .port = (uint16_t)rpc_port,
+	    .io_threads = (int)io_threads,
+	    .name = "master",
+	    .handler = mst_rpc_handler,
+	    .ctx = m,
+	};
+	rc = cis_rpc_server_start(&ro, &rpc, &em);
+	if (rc)
+		cis_die("rpc: %s", cis_errmsg_or(&em, rc));
+	if (cis_http_server_start(http))
+		cis_die("http: cannot start");
+	cis_info("master started", "rpc_port=%u http_port=%u data_dir=%s mounts=%zu",
+	         cis_rpc_server_port(rpc), cis_http_server_port(http), mo.data_dir,
+	         mst_mount_count(m));
+
+	int sig = 0;
+	sigwait(&sigs, &sig);
+	cis_info("stopping", "signal=%d", sig);
+	cis_rpc_server_stop(rpc);
+	cis_http_server_free(http);
+	mst_close(m);
+	cis_metrics_free(metrics);
+	cis_config_free(cfg);
+	cis_info("stopped", NULL);
+	return 0;
+}

@@ -1,0 +1,204 @@
+/* cistern-master internals, shared by the files of master/ only.
+ *
+ * Threads: the RPC I/O threads and the HTTP thread call into ns/mounts/
+ * workers concurrently. The namespace lives in LMDB only (no in-memory copy):
+ * each call opens its own read transaction (MDB_NOTLS, so any thread may),
+ * writes are serialised by LMDB (one write transaction at a time). A lookup
+ * or listing that needs the store blocks the calling thread while one thread
+ * per directory (single flight) lists it; the RPC server runs several I/O
+ * threads so others keep being served. */
+#ifndef CISTERN_MASTER_H
+#define CISTERN_MASTER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <lmdb.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "cistern/error.h"
+#include "cistern/hash.h"
+#include "cistern/kv.h"
+#include "cistern/metrics.h"
+#include "cistern/ufs.h"
+
+#define MST_ROOT_INO        1
+#define MST_NAME_MAX        255
+#define MST_PATH_MAX        4096
+#define MST_DEFAULT_BLOCK   (4u << 20)
+#define MST_DEFAULT_SYNC_MS (300u * 1000u)
+
+enum mst_type { MST_FILE = 1, MST_DIR = 2 };
+
+/* One inode, decoded from LMDB (strings copied out of the transaction). */
+typedef struct mst_inode {
+	uint64_t id;
+	uint64_t parent;
+	uint64_t mount_id; /* 0 outside any mount */
+	uint64_t size;
+	int64_t mtime_ns;
+	int64_t listed_ns; /* directories: wall time of the last store listing; 0 never */
+	uint32_t mode;
+	uint8_t type; /* enum mst_type */
+	bool mount_point;
+	char name[MST_NAME_MAX + 1];
+	char version[CIS_UFS_VERSION_MAX];
+	char key[MST_PATH_MAX + 1]; /* relative to the mount's URI root */
+} mst_inode;
+
+/* One mount; the table is small and kept in memory as well as in LMDB. */
+typedef struct mst_mount {
+	uint64_t id;
+	uint64_t root_ino;
+	char *path;
+	char *uri;
+	cis_kvlist options; /* credentials included: never print (mst_option_secret) */
+	uint64_t block_size;
+	uint64_t sync_interval_ms; /* 0: listed once, refreshed only by sync */
+	bool read_only;
+	cis_ufs *ufs;
+} mst_mount;
+
+typedef struct mst_flight mst_flight;
+typedef struct mst_workers mst_workers;
+
+typedef struct mst_master {
+	MDB_env *env;
+	MDB_dbi dbi_meta, dbi_inodes, dbi_children, dbi_mounts;
+
+	pthread_mutex_t mounts_lock; /* guards mounts, nmounts */
+	mst_mount **mounts;
+	size_t nmounts;
+	mst_mount **graves; /* removed mounts, freed at close (see mounts.c) */
+	size_t ngraves;
+	pthread_mutex_t mount_op_lock; /* one mount/unmount at a time */
+
+	pthread_mutex_t flight_lock; /* single flight of directory listings */
+	pthread_cond_t flight_cond;
+	mst_flight *flights;
+
+	mst_workers *workers;
+
+	cis_metrics *metrics;
+	cis_counter *c_store_lists, *c_store_list_errors, *c_lookups, *c_rpc_requests,
+	    *c_rpc_errors, *c_api_requests;
+} mst_master;
+
+typedef struct mst_open_opts {
+	const char *data_dir;
+	uint64_t map_size;        /* 0: 64 GiB */
+	uint64_t heartbeat_ms;    /* 0: 3000 */
+	uint64_t lost_timeout_ms; /* 0: 10000 */
+	cis_metrics *metrics;     /* NULL: a private registry */
+} mst_open_opts;
+
+/* master.c: open/close everything (LMDB, mounts, worker registry). */
+int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em);
+void mst_close(mst_master *m);
+
+/* store.c: LMDB access. Functions with txn take the caller's transaction. */
+int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg *em);
+void mst_store_close(mst_master *m);
+int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out);
+int mst_inode_get(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *out);
+int mst_inode_put(mst_master *m, MDB_txn *txn, const mst_inode *ino);
+int mst_child_get(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name, uint64_t *id);
+int mst_child_put(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name, uint64_t id);
+int mst_child_del(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name);
+/* Delete an inode, its children entry and (directories) everything below. */
+int mst_inode_del_tree(mst_master *m, MDB_txn *txn, uint64_t id);
+/* Call fn for children of parent in name order, starting after the name
+ * `after` (NULL: first). fn returns 0 to go on, 1 to stop, negative to fail. */
+int mst_children_each(mst_master *m, MDB_txn *txn, uint64_t parent, const char *after,
+                      int (*fn)(void *arg, const char *name, size_t nlen, uint64_t id), void *arg);
+int mst_txn_begin(mst_master *m, bool write, MDB_txn **txn);
+/* Commit a write transaction; an LMDB error is mapped to a negative code. */
+int mst_txn_commit(MDB_txn *txn);
+uint64_t mst_inode_count(mst_master *m);
+
+/* mounts.c */
+bool mst_option_secret(const char *key);
+int mst_mounts_load(mst_master *m, cis_errmsg *em);
+void mst_mounts_free(mst_master *m);
+typedef struct mst_mount_req {
+	const char *path;
+	const char *uri;
+	const cis_kvlist *options;
+	uint64_t block_size;      /* 0: default */
+	int64_t sync_interval_ms; /* < 0: default */
+	bool read_only;
+} mst_mount_req;
+int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id, cis_errmsg *em);
+int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em);
+/* A copy of the mount's fields (options included) as a protobuf-c MountInfo
+ * built with malloc: free with protobuf_c_message_free_unpacked. */
+int mst_mount_info(mst_master *m, uint64_t id, ProtobufCMessage **out);
+/* JSON of all mounts, credentials shown as "***". */
+json_t *mst_mounts_json(mst_master *m);
+json_t *mst_mount_json(const mst_mount *mt);
+/* The mount's ufs handle; NULL if the mount is gone. Valid while the mount
+ * exists (mounts are only freed at close; removed ones are kept aside). */
+mst_mount *mst_mount_find(mst_master *m, uint64_t id);
+size_t mst_mount_count(mst_master *m);
+
+/* ns.c: the namespace. */
+/* Check a path: absolute, no empty/./.. components, no NUL, <= 4096,
+ * components <= 255. len is the byte length (NUL inside is refused). */
+int mst_path_check(const char *path, size_t len, cis_errmsg *em);
+int mst_name_check(const char *name, size_t len, cis_errmsg *em);
+int mst_ns_getattr(mst_master *m, uint64_t id, mst_inode *out, cis_errmsg *em);
+int mst_ns_lookup(mst_master *m, uint64_t parent, const char *name, mst_inode *out, cis_errmsg *em);
+int mst_ns_resolve(mst_master *m, const char *path, mst_inode *out, cis_errmsg *em);
+/* One page of a directory: up to max entries after cookie (0 first).
+ * *entries malloc'd (caller frees). */
+int mst_ns_readdir(mst_master *m, uint64_t dir, uint64_t cookie, size_t max, mst_inode **entries,
+                   size_t *n, uint64_t *next_cookie, bool *eof, cis_errmsg *em);
+/* List the directory from the store now (force) or if stale. */
+int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em);
+/* Re-list path now; with recursive, every directory below already loaded. */
+int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em);
+void mst_ns_flights_init(mst_master *m);
+
+/* workers.c */
+int mst_workers_new(mst_master *m, uint64_t heartbeat_ms, uint64_t lost_ms, mst_workers **out);
+void mst_workers_free(mst_workers *w);
+/* Mark lost the workers silent for too long; called by the monitor thread
+ * (and tests). Returns how many were lost. */
+size_t mst_workers_expire(mst_workers *w, uint64_t now_ms);
+int mst_workers_register(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply);
+int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply,
+                          cis_errmsg *em);
+int mst_workers_report(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply,
+                       cis_errmsg *em);
+int mst_workers_list(mst_workers *w, uint64_t known, ProtobufCMessage **reply);
+json_t *mst_workers_json(mst_workers *w);
+/* Worker ids holding the block, up to max; returns the count. */
+size_t mst_workers_locate(mst_workers *w, cis_block_id id, uint64_t *out, size_t max);
+uint64_t mst_workers_version(mst_workers *w);
+
+/* rpc.c: the binary RPC, callable without a socket (tests, fuzzing). */
+typedef struct mst_reply {
+	ProtobufCMessage *msg; /* malloc'd; protobuf_c_message_free_unpacked */
+	int code;              /* non-zero: an error reply */
+	cis_errmsg em;
+} mst_reply;
+void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out);
+void mst_reply_clear(mst_reply *r);
+struct cis_rpc_conn;
+struct cis_frame_hdr;
+struct evbuffer;
+/* The cis_rpc_server handler: dispatch, then reply (error or message). */
+void mst_rpc_handler(void *ctx, struct cis_rpc_conn *conn, const struct cis_frame_hdr *hdr,
+                     const uint8_t *msg, struct evbuffer *data);
+
+/* api.c: the HTTP admin API, callable without a socket. query holds the
+ * decoded query parameters, body the parsed JSON (or NULL). *out is the
+ * reply body (caller's); returns the HTTP status. */
+int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
+                   json_t *body, json_t **out);
+/* The query parameter names mst_api_handle reads. */
+extern const char *const mst_api_query_names[];
+
+#endif

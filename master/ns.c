@@ -1,0 +1,634 @@
+/* The namespace: inodes in LMDB, loaded lazily from the stores.
+ *
+ * The first lookup or listing of a directory inside a mount lists the store
+ * (every page) and writes the result in one transaction; a listing older
+ * than the mount's sync interval is refreshed on the next access, and sync
+ * refreshes at once. Concurrent callers that need the same directory share
+ * one store listing (single flight, keyed by the directory's inode id).
+ * Mount points under a directory are kept whatever the store says, and hide
+ * a store entry of the same name. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/log.h"
+#include "cistern/time.h"
+#include "master.h"
+
+struct mst_flight {
+	uint64_t dir;
+	bool done;
+	int rc;
+	cis_errmsg em;
+	int refs;
+	struct mst_flight *next;
+};
+
+void mst_ns_flights_init(mst_master *m)
+{
+	pthread_mutex_init(&m->flight_lock, NULL);
+	pthread_cond_init(&m->flight_cond, NULL);
+	m->flights = NULL;
+}
+
+int mst_name_check(const char *name, size_t len, cis_errmsg *em)
+{
+	if (len == 0)
+		return cis_fail(em, -EINVAL, "empty name");
+	if (len > MST_NAME_MAX)
+		return cis_fail(em, -ENAMETOOLONG, "name over %d bytes", MST_NAME_MAX);
+	if (memchr(name, 0, len))
+		return cis_fail(em, -EINVAL, "name contains a nul byte");
+	if (memchr(name, '/', len))
+		return cis_fail(em, -EINVAL, "name contains '/'");
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return cis_fail(em, -EINVAL, "name '%.*s' is not allowed", (int)len, name);
+	return 0;
+}
+
+int mst_path_check(const char *path, size_t len, cis_errmsg *em)
+{
+	if (len > MST_PATH_MAX)
+		return cis_fail(em, -ENAMETOOLONG, "path over %d bytes", MST_PATH_MAX);
+	if (len == 0 || memchr(path, 0, len))
+		return cis_fail(em, -EINVAL, len ? "path contains a nul byte" : "empty path");
+	if (path[0] != '/')
+		return cis_fail(em, -EINVAL, "path '%.*s' is not absolute", (int)len, path);
+	size_t i = 1;
+	while (i < len) {
+		const char *c = path + i;
+		const char *e = memchr(c, '/', len - i);
+		size_t cl = e ? (size_t)(e - c) : len - i;
+		/* a single trailing slash is tolerated ("/a/" is "/a") */
+		if (cl == 0 && i + 1 < len)
+			return cis_fail(em, -EINVAL, "path '%.*s' has an empty component",
+			                (int)(len > 200 ? 200 : len), path);
+		if (cl == 0)
+			break;
+		if (cl > MST_NAME_MAX)
+			return cis_fail(em, -ENAMETOOLONG, "path component over %d bytes",
+			                MST_NAME_MAX);
+		if ((cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
+			return cis_fail(em, -EINVAL, "path '%.*s' contains '.' or '..'",
+			                (int)(len > 200 ? 200 : len), path);
+		i += cl + 1;
+	}
+	return 0;
+}
+
+int mst_ns_getattr(mst_master *m, uint64_t id, mst_inode *out, cis_errmsg *em)
+{
+	MDB_txn *txn;
+	int err = mst_txn_begin(m, false, &txn);
+	if (err)
+		return cis_fail(em, err, "lmdb: %s", cis_strerror(err));
+	err = mst_inode_get(m, txn, id, out);
+	mdb_txn_abort(txn);
+	if (err == -ENOENT)
+		return cis_fail(em, -ENOENT, "inode %llu: no such inode", (unsigned long long)id);
+	if (err)
+		return cis_fail(em, err, "inode %llu: %s", (unsigned long long)id,
+		                cis_strerror(err));
+	return 0;
+}
+
+static bool is_stale(const mst_inode *dir, const mst_mount *mt, int64_t now)
+{
+	if (dir->listed_ns == 0)
+		return true;
+	if (mt->sync_interval_ms == 0)
+		return false;
+	return now - dir->listed_ns > (int64_t)mt->sync_interval_ms * 1000000;
+}
+
+/* ---- one store listing applied to LMDB ---- */
+
+struct listing {
+	cis_ufs_entry *e;
+	size_t n, cap;
+};
+
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp(((const cis_ufs_entry *)a)->name, ((const cis_ufs_entry *)b)->name);
+}
+
+static void listing_free(struct listing *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->e[i].name);
+	free(l->e);
+}
+
+static int list_store(mst_master *m, mst_mount *mt, const char *key, struct listing *l,
+                      cis_errmsg *em)
+{
+	char *token = NULL;
+	int err = 0;
+
+	if (!mt->ufs)
+		return cis_fail(em, -CIS_E_URI, "%s: store could not be opened", mt->uri);
+	cis_counter_inc(m->c_store_lists);
+	do {
+		cis_ufs_page pg = {0};
+		err = cis_ufs_list(mt->ufs, key, token, 0, &pg, em);
+		free(token);
+		token = NULL;
+		if (err) {
+			cis_ufs_page_free(&pg);
+			cis_counter_inc(m->c_store_list_errors);
+			break;
+		}
+		for (size_t i = 0; i < pg.n; i++) {
+			const char *nm = pg.entries[i].name;
+			if (mst_name_check(nm, strlen(nm), NULL) != 0)
+				continue; /* a key no file system could show */
+			if (l->n == l->cap) {
+				size_t cap = l->cap ? l->cap * 2 : 256;
+				cis_ufs_entry *ne = realloc(l->e, cap * sizeof(*ne));
+				if (!ne) {
+					err = -ENOMEM;
+					break;
+				}
+				l->e = ne;
+				l->cap = cap;
+			}
+			l->e[l->n] = pg.entries[i];
+			pg.entries[i].name = NULL; /* moved */
+			l->n++;
+		}
+		if (!err && pg.next_token)
+			token = strdup(pg.next_token);
+		cis_ufs_page_free(&pg);
+	} while (!err && token);
+	free(token);
+	if (!err)
+		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	return err;
+}
+
+struct kids {
+	char **names;
+	uint64_t *ids;
+	size_t n, cap;
+};
+
+static int collect_kid(void *arg, const char *name, size_t nlen, uint64_t id)
+{
+	struct kids *k = arg;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 256;
+		char **nn = realloc(k->names, cap * sizeof(*nn));
+		if (!nn)
+			return -ENOMEM;
+		k->names = nn;
+		uint64_t *ni = realloc(k->ids, cap * sizeof(*ni));
+		if (!ni)
+			return -ENOMEM;
+		k->ids = ni;
+		k->cap = cap;
+	}
+	k->names[k->n] = strndup(name, nlen);
+	if (!k->names[k->n])
+		return -ENOMEM;
+	k->ids[k->n++] = id;
+	return 0;
+}
+
+static void kids_free(struct kids *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->names[i]);
+	free(k->names);
+	free(k->ids);
+}
+
+/* False when the entry's key would be over MST_PATH_MAX (then skipped). */
+static bool key_fits(const mst_inode *dir, const cis_ufs_entry *e)
+{
+	return strlen(dir->key) + 1 + strlen(e->name) <= MST_PATH_MAX;
+}
+
+static void fill_from_store(mst_inode *ino, const mst_inode *dir, const cis_ufs_entry *e)
+{
+	ino->parent = dir->id;
+	ino->mount_id = dir->mount_id;
+	ino->type = e->st.is_dir ? MST_DIR : MST_FILE;
+	ino->size = e->st.is_dir ? 0 : e->st.size;
+	ino->mtime_ns = e->st.mtime_ns;
+	ino->mode = e->st.mode ? (e->st.mode & 07777) : (e->st.is_dir ? 0755 : 0644);
+	snprintf(ino->version, sizeof(ino->version), "%s", e->st.is_dir ? "" : e->st.version);
+	snprintf(ino->name, sizeof(ino->name), "%s", e->name);
+	size_t dl = strlen(dir->key), nl = strlen(e->name);
+	if (dl + 1 + nl > MST_PATH_MAX) { /* callers check key_fits first */
+		ino->key[0] = 0;
+		return;
+	}
+	memcpy(ino->key, dir->key, dl);
+	if (dl)
+		ino->key[dl++] = '/';
+	memcpy(ino->key + dl, e->name, nl + 1);
+}
+
+static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const cis_ufs_entry *e,
+                     mst_inode *scratch)
+{
+	memset(scratch, 0, sizeof(*scratch));
+	int err = mst_store_next_id(m, txn, "next_inode", &scratch->id);
+	if (err)
+		return err;
+	fill_from_store(scratch, dir, e);
+	err = mst_inode_put(m, txn, scratch);
+	if (!err)
+		err = mst_child_put(m, txn, dir->id, scratch->name, scratch->id);
+	return err;
+}
+
+/* Merge the sorted store listing with the sorted children in one write
+ * transaction: vanished entries go (with their subtrees), new ones get
+ * fresh ids, changed files keep their id with the new attributes. */
+static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, cis_errmsg *em)
+{
+	MDB_txn *txn;
+	struct kids k = {0};
+	mst_inode *dir = malloc(sizeof(*dir)), *ch = malloc(sizeof(*ch));
+	int err = (!dir || !ch) ? -ENOMEM : mst_txn_begin(m, true, &txn);
+	if (err)
+		goto out_free;
+	err = mst_inode_get(m, txn, dir_id, dir);
+	if (!err)
+		err = mst_children_each(m, txn, dir_id, NULL, collect_kid, &k);
+	size_t i = 0, j = 0; /* i over the store, j over the children */
+	while (!err && (i < l->n || j < k.n)) {
+		int c = i == l->n ? 1 : j == k.n ? -1 : strcmp(l->e[i].name, k.names[j]);
+		if (c < 0) {
+			if (key_fits(dir, &l->e[i]))
+				err = add_entry(m, txn, dir, &l->e[i], ch);
+			i++;
+			continue;
+		}
+		err = mst_inode_get(m, txn, k.ids[j], ch);
+		if (err)
+			break;
+		if (c > 0) {
+			if (!ch->mount_point && ch->mount_id == dir->mount_id)
+				err = mst_inode_del_tree(m, txn, ch->id);
+			j++;
+			continue;
+		}
+		/* same name */
+		const cis_ufs_entry *e = &l->e[i];
+		if (ch->mount_point || ch->mount_id != dir->mount_id) {
+			/* a nested mount point hides the store's entry */
+		} else if ((ch->type == MST_DIR) != e->st.is_dir) {
+			err = mst_inode_del_tree(m, txn, ch->id);
+			if (!err)
+				err = add_entry(m, txn, dir, e, ch);
+		} else if (!e->st.is_dir &&
+		           (strcmp(ch->version, e->st.version) != 0 || ch->size != e->st.size ||
+		            ch->mtime_ns != e->st.mtime_ns)) {
+			uint64_t id = ch->id;
+			int64_t listed = ch->listed_ns;
+			fill_from_store(ch, dir, e);
+			ch->id = id;
+			ch->listed_ns = listed;
+			err = mst_inode_put(m, txn, ch);
+		}
+		i++;
+		j++;
+	}
+	if (!err) {
+		dir->listed_ns = cis_wall_ns();
+		err = mst_inode_put(m, txn, dir);
+	}
+	if (err) {
+		mdb_txn_abort(txn);
+		cis_fail(em, err, "storing the listing of inode %llu: %s",
+		         (unsigned long long)dir_id, cis_strerror(err));
+		goto out_free;
+	}
+	err = mst_txn_commit(txn);
+	if (err)
+		cis_fail(em, err, "lmdb commit: %s", cis_strerror(err));
+out_free:
+	kids_free(&k);
+	free(dir);
+	free(ch);
+	return err;
+}
+
+static int list_dir(mst_master *m, uint64_t dir_id, bool force, cis_errmsg *em)
+{
+	mst_inode *dir = malloc(sizeof(*dir));
+	struct listing l = {0};
+	int err;
+	if (!dir)
+		return -ENOMEM;
+	err = mst_ns_getattr(m, dir_id, dir, em);
+	if (err)
+		goto out;
+	mst_mount *mt = mst_mount_find(m, dir->mount_id);
+	if (!mt || (!force && !is_stale(dir, mt, cis_wall_ns())))
+		goto out; /* listed by someone else meanwhile, or no longer mounted */
+	err = list_store(m, mt, dir->key, &l, em);
+	if (err == -ENOENT && dir->key[0]) {
+		/* The directory itself vanished: the parent's listing will drop it. */
+		l.n = 0;
+		err = 0;
+	}
+	if (!err)
+		err = apply_listing(m, dir_id, &l, em);
+out:
+	listing_free(&l);
+	free(dir);
+	return err;
+}
+
+int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em)
+{
+	if (dir->type != MST_DIR || dir->mount_id == 0)
+		return 0;
+	mst_mount *mt = mst_mount_find(m, dir->mount_id);
+	if (!mt)
+		return 0;
+	if (!force && !is_stale(dir, mt, cis_wall_ns()))
+		return 0;
+
+	pthread_mutex_lock(&m->flight_lock);
+	for (;;) {
+		mst_flight *f = m->flights;
+		while (f && f->dir != dir->id)
+			f = f->next;
+		if (!f)
+			break;
+		/* Someone is listing it: wait for that result. A forced sync
+		 * waits and then lists again (the flight may predate the change
+		 * the caller wants to see). */
+		f->refs++;
+		while (!f->done)
+			pthread_cond_wait(&m->flight_cond, &m->flight_lock);
+		int rc = f->rc;
+		if (rc && em)
+			*em = f->em;
+		if (--f->refs == 0)
+			free(f);
+		if (!force) {
+			pthread_mutex_unlock(&m->flight_lock);
+			return rc;
+		}
+	}
+	mst_flight *f = calloc(1, sizeof(*f));
+	if (!f) {
+		pthread_mutex_unlock(&m->flight_lock);
+		return -ENOMEM;
+	}
+	f->dir = dir->id;
+	f->refs = 1;
+	f->next = m->flights;
+	m->flights = f;
+	pthread_mutex_unlock(&m->flight_lock);
+
+	int rc = list_dir(m, dir->id, force, &f->em);
+
+	pthread_mutex_lock(&m->flight_lock);
+	for (mst_flight **pp = &m->flights; *pp; pp = &(*pp)->next)
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	f->done = true;
+	f->rc = rc;
+	if (rc && em)
+		*em = f->em;
+	pthread_cond_broadcast(&m->flight_cond);
+	if (--f->refs == 0)
+		free(f);
+	pthread_mutex_unlock(&m->flight_lock);
+	return rc;
+}
+
+int mst_ns_lookup(mst_master *m, uint64_t parent, const char *name, mst_inode *out, cis_errmsg *em)
+{
+	int err = mst_name_check(name, strlen(name), em);
+	if (err)
+		return err;
+	cis_counter_inc(m->c_lookups);
+	err = mst_ns_getattr(m, parent, out, em);
+	if (err)
+		return err;
+	if (out->type != MST_DIR)
+		return cis_fail(em, -ENOTDIR, "inode %llu: not a directory",
+		                (unsigned long long)parent);
+	err = mst_ns_ensure_listed(m, out, false, em);
+	if (err)
+		return err;
+	MDB_txn *txn;
+	uint64_t id;
+	err = mst_txn_begin(m, false, &txn);
+	if (err)
+		return cis_fail(em, err, "lmdb: %s", cis_strerror(err));
+	err = mst_child_get(m, txn, parent, name, &id);
+	if (!err)
+		err = mst_inode_get(m, txn, id, out);
+	mdb_txn_abort(txn);
+	if (err == -ENOENT)
+		return cis_fail(em, -ENOENT, "%s: no such file or directory", name);
+	if (err)
+		return cis_fail(em, err, "%s: %s", name, cis_strerror(err));
+	return 0;
+}
+
+int mst_ns_resolve(mst_master *m, const char *path, mst_inode *out, cis_errmsg *em)
+{
+	int err = mst_path_check(path, strlen(path), em);
+	if (err)
+		return err;
+	err = mst_ns_getattr(m, MST_ROOT_INO, out, em);
+	const char *p = path;
+	while (!err && *p) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		const char *e = strchr(p, '/');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		char comp[MST_NAME_MAX + 1];
+		memcpy(comp, p, l);
+		comp[l] = 0;
+		cis_errmsg lem = {{0}};
+		err = mst_ns_lookup(m, out->id, comp, out, &lem);
+		if (err == -ENOENT)
+			return cis_fail(em, err, "no such file or directory");
+		if (err == -ENOTDIR)
+			return cis_fail(em, err, "not a directory");
+		if (err)
+			return cis_fail(em, err, "%s", cis_errmsg_or(&lem, err));
+		p += l;
+	}
+	return err;
+}
+
+struct rd_ctx {
+	mst_master *m;
+	MDB_txn *txn;
+	mst_inode *ents;
+	size_t n, max;
+};
+
+static int rd_one(void *arg, const char *name, size_t nlen, uint64_t id)
+{
+	struct rd_ctx *c = arg;
+	(void)name;
+	(void)nlen;
+	if (c->n == c->max)
+		return 1;
+	int err = mst_inode_get(c->m, c->txn, id, &c->ents[c->n]);
+	if (err == -ENOENT)
+		return 0;
+	if (err)
+		return err;
+	c->n++;
+	return 0;
+}
+
+int mst_ns_readdir(mst_master *m, uint64_t dir_id, uint64_t cookie, size_t max, mst_inode **entries,
+                   size_t *n, uint64_t *next_cookie, bool *eof, cis_errmsg *em)
+{
+	mst_inode *dir = malloc(sizeof(*dir));
+	mst_inode *after = NULL;
+	MDB_txn *txn;
+	int err;
+	*entries = NULL;
+	*n = 0;
+	if (!dir)
+		return -ENOMEM;
+	if (max == 0 || max > 4096)
+		max = 1024;
+	err = mst_ns_getattr(m, dir_id, dir, em);
+	if (err)
+		goto out;
+	if (dir->type != MST_DIR) {
+		err = cis_fail(em, -ENOTDIR, "inode %llu: not a directory",
+		               (unsigned long long)dir_id);
+		goto out;
+	}
+	err = mst_ns_ensure_listed(m, dir, false, em);
+	if (err)
+		goto out;
+	struct rd_ctx c = {m, NULL, calloc(max + 1, sizeof(mst_inode)), 0, max + 1};
+	if (!c.ents) {
+		err = -ENOMEM;
+		goto out;
+	}
+	err = mst_txn_begin(m, false, &txn);
+	if (err) {
+		free(c.ents);
+		goto out;
+	}
+	c.txn = txn;
+	if (cookie) {
+		/* The cookie is the id of the last entry returned: resume after
+		 * its name. */
+		after = malloc(sizeof(*after));
+		err = after ? mst_inode_get(m, txn, cookie, after) : -ENOMEM;
+		if (err == -ENOENT || (!err && after->parent != dir_id))
+			err = cis_fail(em, -ESTALE,
+			               "readdir cookie no longer valid: start the listing again");
+	}
+	if (!err)
+		err = mst_children_each(m, txn, dir_id, after ? after->name : NULL, rd_one, &c);
+	mdb_txn_abort(txn);
+	if (err < 0) {
+		free(c.ents);
+		goto out;
+	}
+	err = 0;
+	*eof = c.n <= max;
+	if (c.n > max)
+		c.n = max;
+	*entries = c.ents;
+	*n = c.n;
+	*next_cookie = c.n ? c.ents[c.n - 1].id : cookie;
+out:
+	free(after);
+	free(dir);
+	return err;
+}
+
+int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em)
+{
+	mst_inode *ino = malloc(sizeof(*ino));
+	uint64_t *todo = NULL;
+	size_t nt = 0, cap = 0;
+	int err;
+	*dirs = 0;
+	if (!ino)
+		return -ENOMEM;
+	err = mst_ns_resolve(m, path, ino, em);
+	if (err)
+		goto out;
+	if (ino->type != MST_DIR) {
+		err = mst_ns_getattr(m, ino->parent, ino, em);
+		if (err)
+			goto out;
+	}
+	if (ino->mount_id == 0 && !recursive) {
+		goto out; /* nothing from a store here */
+	}
+	todo = malloc(sizeof(*todo) * 64);
+	if (!todo) {
+		err = -ENOMEM;
+		goto out;
+	}
+	cap = 64;
+	todo[nt++] = ino->id;
+	while (nt) {
+		uint64_t id = todo[--nt];
+		err = mst_ns_getattr(m, id, ino, em);
+		if (err == -ENOENT) {
+			err = 0; /* vanished in the parent's re-listing */
+			continue;
+		}
+		if (err)
+			break;
+		if (ino->mount_id) {
+			err = mst_ns_ensure_listed(m, ino, true, em);
+			if (err)
+				break;
+			(*dirs)++;
+		}
+		if (!recursive)
+			break;
+		/* Directories below that were loaded before (or mount points). */
+		mst_inode *ents;
+		size_t n;
+		uint64_t cookie = 0, next;
+		bool eof = false;
+		while (!err && !eof) {
+			err = mst_ns_readdir(m, id, cookie, 1024, &ents, &n, &next, &eof, em);
+			if (err)
+				break;
+			for (size_t i = 0; i < n; i++) {
+				if (ents[i].type != MST_DIR ||
+				    (ents[i].listed_ns == 0 && !ents[i].mount_point))
+					continue;
+				if (nt == cap) {
+					uint64_t *t = realloc(todo, cap * 2 * sizeof(*t));
+					if (!t) {
+						err = -ENOMEM;
+						break;
+					}
+					todo = t;
+					cap *= 2;
+				}
+				todo[nt++] = ents[i].id;
+			}
+			free(ents);
+			cookie = next;
+		}
+	}
+out:
+	free(todo);
+	free(ino);
+	return err;
+}

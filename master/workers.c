@@ -1,0 +1,537 @@
+/* The worker registry and the block-location index, both in memory.
+ *
+ * Workers register (keeping the id they persisted), heartbeat every
+ * heartbeat_ms and are declared lost after lost_ms of silence: removed from
+ * the live list (version bumped) and their block locations dropped. After a
+ * master restart nothing is known: a heartbeat gets -ENOENT "unknown worker,
+ * register again", the worker re-registers and sends a full block report,
+ * which rebuilds the index. The list version starts at the wall clock in ms
+ * so that it keeps going up across master restarts.
+ *
+ * Block index: a chained hash table, block id -> small array of worker ids.
+ * Dropping a worker walks the whole table: O(blocks), done only when a
+ * worker is lost or starts a full report. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/log.h"
+#include "cistern/proto/master.pb-c.h"
+#include "cistern/time.h"
+#include "master.h"
+
+struct loc {
+	cis_block_id id;
+	uint32_t n, cap;
+	uint64_t *wids;
+	struct loc *next;
+};
+
+struct worker {
+	uint64_t id;
+	Cis__WorkerInfo *info; /* malloc'd deep copy */
+	uint64_t last_ms;
+	uint64_t capacity, used, blocks;
+};
+
+struct mst_workers {
+	mst_master *m;
+	pthread_mutex_t lock;
+	struct worker *w;
+	size_t n, cap;
+	uint64_t version;
+	uint64_t next_id; /* in-memory hint; ids are reserved in LMDB */
+	uint64_t heartbeat_ms, lost_ms;
+	struct loc **buckets;
+	size_t nbuckets, nlocs;
+	pthread_t monitor;
+	bool stop, monitor_running;
+	pthread_cond_t stop_cond;
+	cis_gauge *g_live;
+	cis_counter *c_lost;
+};
+
+static size_t loc_hash(const struct mst_workers *w, cis_block_id id)
+{
+	return (size_t)((id.hi ^ (id.lo * 0x9E3779B97F4A7C15ull)) & (w->nbuckets - 1));
+}
+
+static void loc_grow(struct mst_workers *w)
+{
+	size_t nb = w->nbuckets * 2;
+	struct loc **b = calloc(nb, sizeof(*b));
+	if (!b)
+		return; /* keep the longer chains */
+	for (size_t i = 0; i < w->nbuckets; i++) {
+		struct loc *l = w->buckets[i];
+		while (l) {
+			struct loc *next = l->next;
+			size_t h =
+			    (size_t)((l->id.hi ^ (l->id.lo * 0x9E3779B97F4A7C15ull)) & (nb - 1));
+			l->next = b[h];
+			b[h] = l;
+			l = next;
+		}
+	}
+	free(w->buckets);
+	w->buckets = b;
+	w->nbuckets = nb;
+}
+
+/* Caller holds w->lock. */
+static int loc_add(struct mst_workers *w, cis_block_id id, uint64_t wid)
+{
+	if (w->nlocs > w->nbuckets * 2)
+		loc_grow(w);
+	size_t h = loc_hash(w, id);
+	struct loc *l = w->buckets[h];
+	while (l && !cis_block_id_eq(l->id, id))
+		l = l->next;
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l)
+			return -ENOMEM;
+		l->id = id;
+		l->next = w->buckets[h];
+		w->buckets[h] = l;
+		w->nlocs++;
+	}
+	for (uint32_t i = 0; i < l->n; i++)
+		if (l->wids[i] == wid)
+			return 0;
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? l->cap * 2 : 2;
+		uint64_t *nw = realloc(l->wids, cap * sizeof(*nw));
+		if (!nw)
+			return -ENOMEM;
+		l->wids = nw;
+		l->cap = cap;
+	}
+	l->wids[l->n++] = wid;
+	return 1;
+}
+
+/* Caller holds w->lock. Returns 1 if removed. */
+static int loc_del(struct mst_workers *w, cis_block_id id, uint64_t wid)
+{
+	size_t h = loc_hash(w, id);
+	struct loc **pp = &w->buckets[h];
+	while (*pp && !cis_block_id_eq((*pp)->id, id))
+		pp = &(*pp)->next;
+	struct loc *l = *pp;
+	if (!l)
+		return 0;
+	for (uint32_t i = 0; i < l->n; i++)
+		if (l->wids[i] == wid) {
+			l->wids[i] = l->wids[--l->n];
+			if (l->n == 0) {
+				*pp = l->next;
+				free(l->wids);
+				free(l);
+				w->nlocs--;
+			}
+			return 1;
+		}
+	return 0;
+}
+
+/* Caller holds w->lock. */
+static void loc_drop_worker(struct mst_workers *w, uint64_t wid)
+{
+	for (size_t b = 0; b < w->nbuckets; b++) {
+		struct loc **pp = &w->buckets[b];
+		while (*pp) {
+			struct loc *l = *pp;
+			for (uint32_t i = 0; i < l->n; i++)
+				if (l->wids[i] == wid) {
+					l->wids[i] = l->wids[--l->n];
+					break;
+				}
+			if (l->n == 0) {
+				*pp = l->next;
+				free(l->wids);
+				free(l);
+				w->nlocs--;
+			} else {
+				pp = &l->next;
+			}
+		}
+	}
+}
+
+size_t mst_workers_locate(mst_workers *w, cis_block_id id, uint64_t *out, size_t max)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&w->lock);
+	struct loc *l = w->buckets[loc_hash(w, id)];
+	while (l && !cis_block_id_eq(l->id, id))
+		l = l->next;
+	for (uint32_t i = 0; l && i < l->n && n < max; i++)
+		out[n++] = l->wids[i];
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
+static bool id_from_bytes(ProtobufCBinaryData b, cis_block_id *id)
+{
+	if (b.len != 16)
+		return false;
+	uint64_t hi = 0, lo = 0;
+	for (int i = 0; i < 8; i++) {
+		hi = hi << 8 | b.data[i];
+		lo = lo << 8 | b.data[8 + i];
+	}
+	id->hi = hi;
+	id->lo = lo;
+	return true;
+}
+
+static char *dup_str(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+static Cis__WorkerInfo *info_copy(const Cis__WorkerInfo *src, uint64_t id)
+{
+	Cis__WorkerInfo *d = malloc(sizeof(*d));
+	if (!d)
+		return NULL;
+	cis__worker_info__init(d);
+	d->id = id;
+	d->host = dup_str(src ? src->host : NULL);
+	d->rpc_port = src ? src->rpc_port : 0;
+	d->http_port = src ? src->http_port : 0;
+	d->unix_socket = dup_str(src ? src->unix_socket : NULL);
+	d->hostname = dup_str(src ? src->hostname : NULL);
+	d->capacity = src ? src->capacity : 0;
+	d->used = src ? src->used : 0;
+	if (!d->host || !d->unix_socket || !d->hostname) {
+		protobuf_c_message_free_unpacked(&d->base, NULL);
+		return NULL;
+	}
+	return d;
+}
+
+/* Caller holds w->lock. */
+static struct worker *find(struct mst_workers *w, uint64_t id)
+{
+	for (size_t i = 0; i < w->n; i++)
+		if (w->w[i].id == id)
+			return &w->w[i];
+	return NULL;
+}
+
+/* Caller holds w->lock. */
+static void remove_at(struct mst_workers *w, size_t i)
+{
+	loc_drop_worker(w, w->w[i].id);
+	protobuf_c_message_free_unpacked(&w->w[i].info->base, NULL);
+	w->w[i] = w->w[--w->n];
+	w->version++;
+	cis_gauge_set(w->g_live, (double)w->n);
+}
+
+size_t mst_workers_expire(mst_workers *w, uint64_t now_ms)
+{
+	size_t lost = 0;
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->n;) {
+		if (now_ms > w->w[i].last_ms + w->lost_ms) {
+			cis_warn("worker lost", "id=%llu host=%s silent_ms=%llu",
+			         (unsigned long long)w->w[i].id, w->w[i].info->host,
+			         (unsigned long long)(now_ms - w->w[i].last_ms));
+			remove_at(w, i);
+			cis_counter_inc(w->c_lost);
+			lost++;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return lost;
+}
+
+static void *monitor_main(void *arg)
+{
+	struct mst_workers *w = arg;
+	pthread_mutex_lock(&w->lock);
+	while (!w->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&w->stop_cond, &w->lock, &ts);
+		if (w->stop)
+			break;
+		pthread_mutex_unlock(&w->lock);
+		mst_workers_expire(w, cis_mono_ms());
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int mst_workers_new(mst_master *m, uint64_t heartbeat_ms, uint64_t lost_ms, mst_workers **out)
+{
+	struct mst_workers *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->m = m;
+	w->heartbeat_ms = heartbeat_ms ? heartbeat_ms : 3000;
+	w->lost_ms = lost_ms ? lost_ms : 10000;
+	w->version = (uint64_t)(cis_wall_ns() / 1000000);
+	w->nbuckets = 1024;
+	w->buckets = calloc(w->nbuckets, sizeof(*w->buckets));
+	if (!w->buckets) {
+		free(w);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->stop_cond, NULL);
+	w->g_live = cis_metrics_gauge(m->metrics, "cistern_master_workers_live", NULL,
+	                              "Workers alive (heartbeating)");
+	w->c_lost = cis_metrics_counter(m->metrics, "cistern_master_workers_lost_total", NULL,
+	                                "Workers declared lost after missing heartbeats");
+	if (pthread_create(&w->monitor, NULL, monitor_main, w) == 0)
+		w->monitor_running = true;
+	*out = w;
+	return 0;
+}
+
+void mst_workers_free(mst_workers *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	pthread_cond_broadcast(&w->stop_cond);
+	pthread_mutex_unlock(&w->lock);
+	if (w->monitor_running)
+		pthread_join(w->monitor, NULL);
+	while (w->n)
+		remove_at(w, w->n - 1);
+	for (size_t b = 0; b < w->nbuckets; b++) {
+		struct loc *l = w->buckets[b];
+		while (l) {
+			struct loc *next = l->next;
+			free(l->wids);
+			free(l);
+			l = next;
+		}
+	}
+	free(w->buckets);
+	free(w->w);
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->stop_cond);
+	free(w);
+}
+
+uint64_t mst_workers_version(mst_workers *w)
+{
+	pthread_mutex_lock(&w->lock);
+	uint64_t v = w->version;
+	pthread_mutex_unlock(&w->lock);
+	return v;
+}
+
+/* Reserve an id in LMDB so ids stay unique across master restarts; a
+ * persisted id from the worker is kept and the counter moved past it. */
+static int reserve_id(struct mst_workers *w, uint64_t want, uint64_t *out)
+{
+	MDB_txn *txn;
+	int err = mst_txn_begin(w->m, true, &txn);
+	if (err)
+		return err;
+	uint64_t next;
+	err = mst_store_next_id(w->m, txn, "next_worker", &next);
+	while (!err && want >= next)
+		err = mst_store_next_id(w->m, txn, "next_worker", &next);
+	if (err) {
+		mdb_txn_abort(txn);
+		return err;
+	}
+	err = mst_txn_commit(txn);
+	*out = want ? want : next;
+	return err;
+}
+
+int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply)
+{
+	const Cis__RegisterWorkerRequest *req = (const Cis__RegisterWorkerRequest *)req_msg;
+	uint64_t want = req->worker ? req->worker->id : 0;
+	uint64_t id;
+	/* Sanity: an absurd persisted id would exhaust the counter. */
+	if (want > (1ull << 48))
+		return -EINVAL;
+	int err = reserve_id(w, want, &id);
+	if (err)
+		return err;
+	Cis__WorkerInfo *info = info_copy(req->worker, id);
+	Cis__RegisterWorkerReply *r = malloc(sizeof(*r));
+	if (!info || !r) {
+		if (info)
+			protobuf_c_message_free_unpacked(&info->base, NULL);
+		free(r);
+		return -ENOMEM;
+	}
+	cis__register_worker_reply__init(r);
+	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, id);
+	if (wk) {
+		/* Re-registration (a restarted worker): its old locations go,
+		 * the full report that follows brings them back. */
+		loc_drop_worker(w, id);
+		protobuf_c_message_free_unpacked(&wk->info->base, NULL);
+	} else {
+		if (w->n == w->cap) {
+			size_t cap = w->cap ? w->cap * 2 : 16;
+			struct worker *nw = realloc(w->w, cap * sizeof(*nw));
+			if (!nw) {
+				pthread_mutex_unlock(&w->lock);
+				protobuf_c_message_free_unpacked(&info->base, NULL);
+				free(r);
+				return -ENOMEM;
+			}
+			w->w = nw;
+			w->cap = cap;
+		}
+		wk = &w->w[w->n++];
+		memset(wk, 0, sizeof(*wk));
+		wk->id = id;
+	}
+	wk->info = info;
+	wk->last_ms = cis_mono_ms();
+	wk->capacity = info->capacity;
+	wk->used = info->used;
+	wk->blocks = 0;
+	w->version++;
+	cis_gauge_set(w->g_live, (double)w->n);
+	r->worker_id = id;
+	r->heartbeat_interval_ms = (uint32_t)w->heartbeat_ms;
+	r->lost_timeout_ms = (uint32_t)w->lost_ms;
+	r->worker_list_version = w->version;
+	pthread_mutex_unlock(&w->lock);
+	cis_info("worker registered", "id=%llu host=%s rpc_port=%u", (unsigned long long)id,
+	         info->host, info->rpc_port);
+	*reply = &r->base;
+	return 0;
+}
+
+int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
+                          cis_errmsg *em)
+{
+	const Cis__HeartbeatRequest *req = (const Cis__HeartbeatRequest *)req_msg;
+	Cis__HeartbeatReply *r = malloc(sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	cis__heartbeat_reply__init(r);
+	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, req->worker_id);
+	if (!wk) {
+		pthread_mutex_unlock(&w->lock);
+		free(r);
+		return cis_fail(em, -ENOENT, "unknown worker, register again");
+	}
+	wk->last_ms = cis_mono_ms();
+	wk->capacity = req->capacity;
+	wk->used = req->used;
+	wk->info->capacity = req->capacity;
+	wk->info->used = req->used;
+	for (size_t i = 0; i < req->n_added; i++) {
+		cis_block_id id;
+		if (id_from_bytes(req->added[i], &id) && loc_add(w, id, wk->id) == 1)
+			wk->blocks++;
+	}
+	for (size_t i = 0; i < req->n_removed; i++) {
+		cis_block_id id;
+		if (id_from_bytes(req->removed[i], &id) && loc_del(w, id, wk->id) == 1 &&
+		    wk->blocks)
+			wk->blocks--;
+	}
+	r->worker_list_version = w->version;
+	pthread_mutex_unlock(&w->lock);
+	*reply = &r->base;
+	return 0;
+}
+
+int mst_workers_report(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
+                       cis_errmsg *em)
+{
+	const Cis__BlockReportRequest *req = (const Cis__BlockReportRequest *)req_msg;
+	Cis__BlockReportReply *r = malloc(sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	cis__block_report_reply__init(r);
+	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, req->worker_id);
+	if (!wk) {
+		pthread_mutex_unlock(&w->lock);
+		free(r);
+		return cis_fail(em, -ENOENT, "unknown worker, register again");
+	}
+	wk->last_ms = cis_mono_ms();
+	if (req->first) {
+		loc_drop_worker(w, wk->id);
+		wk->blocks = 0;
+	}
+	for (size_t i = 0; i < req->n_blocks; i++) {
+		cis_block_id id;
+		if (id_from_bytes(req->blocks[i], &id) && loc_add(w, id, wk->id) == 1)
+			wk->blocks++;
+	}
+	r->blocks_known = wk->blocks;
+	pthread_mutex_unlock(&w->lock);
+	*reply = &r->base;
+	return 0;
+}
+
+int mst_workers_list(mst_workers *w, uint64_t known, ProtobufCMessage **reply)
+{
+	Cis__WorkerListReply *r = malloc(sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	cis__worker_list_reply__init(r);
+	pthread_mutex_lock(&w->lock);
+	r->version = w->version;
+	if (known == w->version) {
+		r->unchanged = true;
+	} else if (w->n) {
+		r->workers = calloc(w->n, sizeof(*r->workers));
+		for (size_t i = 0; r->workers && i < w->n; i++) {
+			r->workers[i] = info_copy(w->w[i].info, w->w[i].id);
+			if (!r->workers[i])
+				break;
+			r->n_workers++;
+		}
+		if (!r->workers || r->n_workers != w->n) {
+			pthread_mutex_unlock(&w->lock);
+			protobuf_c_message_free_unpacked(&r->base, NULL);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	*reply = &r->base;
+	return 0;
+}
+
+json_t *mst_workers_json(mst_workers *w)
+{
+	json_t *arr = json_array();
+	uint64_t now = cis_mono_ms();
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->n; i++) {
+		const struct worker *wk = &w->w[i];
+		json_array_append_new(
+		    arr, json_pack("{s:I, s:s, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I}", "id",
+		                   (json_int_t)wk->id, "host", wk->info->host, "rpc_port",
+		                   (json_int_t)wk->info->rpc_port, "http_port",
+		                   (json_int_t)wk->info->http_port, "hostname", wk->info->hostname,
+		                   "unix_socket", wk->info->unix_socket, "capacity",
+		                   (json_int_t)wk->capacity, "used", (json_int_t)wk->used, "blocks",
+		                   (json_int_t)wk->blocks, "last_heartbeat_ms_ago",
+		                   (json_int_t)(now - wk->last_ms)));
+	}
+	json_t *o = json_pack("{s:I, s:o, s:I}", "version", (json_int_t)w->version, "workers", arr,
+	                      "blocks_indexed", (json_int_t)w->nlocs);
+	pthread_mutex_unlock(&w->lock);
+	return o;
+}
