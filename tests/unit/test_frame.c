@@ -84,7 +84,7 @@ Test(frame, bad_headers_rejected)
 	expect_bad(1, 0x58);
 	expect_bad(2, 0); /* version */
 	expect_bad(2, 2);
-	expect_bad(3, 1 << 3); /* unknown flag */
+	expect_bad(3, 1 << 4); /* unknown flag */
 	expect_bad(3, 0x80);
 	expect_bad(6, 1); /* reserved */
 	expect_bad(7, 1);

@@ -31,8 +31,13 @@ enum cis_frame_flag {
 	CIS_FRAME_REPLY = 1 << 0,
 	CIS_FRAME_ERROR = 1 << 1,
 	CIS_FRAME_MORE = 1 << 2,
+	/* Set by the sender on a frame that carries one passed file descriptor
+	 * (SCM_RIGHTS, Unix sockets only; cis_rpc_reply_fd). The receiver takes
+	 * the oldest descriptor it has received and not yet matched: the
+	 * kernel delivers it no later than the frame's first byte. */
+	CIS_FRAME_FD = 1 << 3,
 };
-#define CIS_FRAME_FLAGS_KNOWN (CIS_FRAME_REPLY | CIS_FRAME_ERROR | CIS_FRAME_MORE)
+#define CIS_FRAME_FLAGS_KNOWN (CIS_FRAME_REPLY | CIS_FRAME_ERROR | CIS_FRAME_MORE | CIS_FRAME_FD)
 
 typedef struct cis_frame_hdr {
 	uint8_t flags;
