@@ -55,6 +55,20 @@ out_q:
 	cis_kvlist_free(&q);
 }
 
+void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
+                     struct evbuffer *data)
+{
+	mst_master *m = ctx;
+	mst_reply r;
+	(void)data; /* no master request carries raw data; the server drops it */
+	mst_rpc_dispatch(m, hdr->type, msg, hdr->msg_len, &r);
+	if (r.code)
+		cis_rpc_reply_error(conn, hdr, r.code, "%s", r.em.text);
+	else
+		cis_rpc_reply(conn, hdr, r.msg, 0);
+	mst_reply_clear(&r);
+}
+
 int main(int argc, char **argv)
 {
 	cis_config *cfg;

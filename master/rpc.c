@@ -1,6 +1,6 @@
 /* The master's binary RPC handlers (master.proto). mst_rpc_dispatch does all
  * the work without a socket, so tests and the fuzzer call it directly; the
- * RPC server's handler (mst_rpc_handler, in main.c's server) just forwards.
+ * RPC server's handler (mst_rpc_handler, in main.c) just forwards.
  * Handlers that need a store listing block their I/O thread for it (the
  * server runs several); see master.h. */
 #include <errno.h>
@@ -11,7 +11,6 @@
 #include "cistern/msgtype.h"
 #include "cistern/proto/master.pb-c.h"
 #include "master.h"
-#include "cistern/rpc.h"
 
 void mst_reply_clear(mst_reply *r)
 {
@@ -225,18 +224,4 @@ void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t l
 	return;
 out_err:
 	cis_counter_inc(m->c_rpc_errors);
-}
-
-void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
-                     struct evbuffer *data)
-{
-	mst_master *m = ctx;
-	mst_reply r;
-	(void)data; /* no master request carries raw data; the server drops it */
-	mst_rpc_dispatch(m, hdr->type, msg, hdr->msg_len, &r);
-	if (r.code)
-		cis_rpc_reply_error(conn, hdr, r.code, "%s", r.em.text);
-	else
-		cis_rpc_reply(conn, hdr, r.msg, 0);
-	mst_reply_clear(&r);
 }

@@ -1,0 +1,417 @@
+/* The master's namespace, mount table, worker registry, RPC dispatch and
+ * admin API, driven directly (no sockets) against file:// stores. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cistern/msgtype.h"
+#include "cistern/time.h"
+#include "cistern/proto/master.pb-c.h"
+#include "master.h"
+
+static char tmp[256], store[300], store2[300], data[300];
+static cis_metrics *metrics;
+static mst_master *m;
+
+static void put_file(const char *dir, const char *name, const char *content)
+{
+	char p[1024];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	cr_assert(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+static void open_master(void)
+{
+	cis_errmsg em = {{0}};
+	mst_open_opts o = {
+	    .data_dir = data, .map_size = 1ull << 30, .lost_timeout_ms = 200, .metrics = metrics};
+	int rc = mst_open(&o, &m, &em);
+	cr_assert_eq(rc, 0, "mst_open: %s", em.text);
+}
+
+static void setup(void)
+{
+	snprintf(tmp, sizeof(tmp), "/tmp/cis-mst-XXXXXX");
+	cr_assert(mkdtemp(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	snprintf(store2, sizeof(store2), "%s/store2", tmp);
+	snprintf(data, sizeof(data), "%s/data", tmp);
+	mkdir(store, 0755);
+	mkdir(store2, 0755);
+	char sub[400];
+	snprintf(sub, sizeof(sub), "%s/sub", store);
+	mkdir(sub, 0755);
+	put_file(store, "a.txt", "hello");
+	put_file(store, "b.txt", "world!");
+	put_file(sub, "c.bin", "xyz");
+	put_file(store2, "inner.txt", "nested");
+	metrics = cis_metrics_new();
+	open_master();
+}
+
+static void teardown(void)
+{
+	mst_close(m);
+	cis_metrics_free(metrics);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static int mount(const char *path, const char *dir, cis_errmsg *em)
+{
+	char uri[400];
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	cis_kvlist opts = CIS_KVLIST_INIT;
+	cis_kvlist_set(&opts, "secret_key", "TOPSECRET123");
+	mst_mount_req r = {.path = path, .uri = uri, .options = &opts, .sync_interval_ms = 0};
+	int rc = mst_mount_add(m, &r, NULL, em);
+	cis_kvlist_free(&opts);
+	return rc;
+}
+
+TestSuite(master, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(master, lazy_listing_lookup_and_readdir)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_counter_get(m->c_store_lists), 0, "mounting must not list");
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0, "%s", em.text);
+	cr_assert_eq(ino.type, MST_FILE);
+	cr_assert_eq(ino.size, 3);
+	cr_assert_str_eq(ino.key, "sub/c.bin");
+	cr_assert_neq(ino.version[0], 0);
+	cr_assert_eq(cis_counter_get(m->c_store_lists), 2); /* /data and /data/sub */
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &ino, &em), 0);
+	cr_assert_eq(cis_counter_get(m->c_store_lists), 2, "a listed directory is not re-listed");
+
+	mst_inode dir, *ents;
+	size_t n;
+	uint64_t next;
+	bool eof;
+	cr_assert_eq(mst_ns_resolve(m, "/data", &dir, &em), 0);
+	cr_assert(dir.mount_point);
+	/* Paged: two entries, then the rest. */
+	cr_assert_eq(mst_ns_readdir(m, dir.id, 0, 2, &ents, &n, &next, &eof, &em), 0);
+	cr_assert_eq(n, 2);
+	cr_assert_not(eof);
+	cr_assert_str_eq(ents[0].name, "a.txt");
+	cr_assert_str_eq(ents[1].name, "b.txt");
+	free(ents);
+	cr_assert_eq(mst_ns_readdir(m, dir.id, next, 2, &ents, &n, &next, &eof, &em), 0);
+	cr_assert_eq(n, 1);
+	cr_assert(eof);
+	cr_assert_str_eq(ents[0].name, "sub");
+	free(ents);
+
+	cr_assert_eq(mst_ns_resolve(m, "/data/nope", &ino, &em), -ENOENT);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt/x", &ino, &em), -ENOTDIR);
+}
+
+struct lk {
+	uint64_t dir;
+	int rc;
+};
+
+static void *lookup_thread(void *arg)
+{
+	struct lk *l = arg;
+	mst_inode ino;
+	l->rc = mst_ns_lookup(m, l->dir, "b.txt", &ino, NULL);
+	return NULL;
+}
+
+Test(master, concurrent_lookups_list_once)
+{
+	cis_errmsg em = {{0}};
+	mst_inode dir;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data", &dir, &em), 0);
+	pthread_t t[16];
+	struct lk l[16];
+	for (int i = 0; i < 16; i++) {
+		l[i].dir = dir.id;
+		pthread_create(&t[i], NULL, lookup_thread, &l[i]);
+	}
+	for (int i = 0; i < 16; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(l[i].rc, 0);
+	}
+	cr_assert_eq(cis_counter_get(m->c_store_lists), 1);
+}
+
+Test(master, sync_sees_added_changed_deleted)
+{
+	cis_errmsg em = {{0}};
+	mst_inode a, a2, ino;
+	uint64_t dirs;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a, &em), 0);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0);
+	put_file(store, "a.txt", "a longer content");
+	put_file(store, "new.txt", "n");
+	char p[400];
+	snprintf(p, sizeof(p), "%s/b.txt", store);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/sub/c.bin", store);
+	unlink(p);
+	/* sync_interval 0: nothing changes until a sync. */
+	cr_assert_eq(mst_ns_resolve(m, "/data/b.txt", &ino, &em), 0);
+	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(dirs, 1);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a2, &em), 0);
+	cr_assert_eq(a2.id, a.id, "an overwritten object keeps its inode");
+	cr_assert_eq(a2.size, 16);
+	cr_assert_str_neq(a2.version, a.version);
+	cr_assert_eq(mst_ns_resolve(m, "/data/b.txt", &ino, &em), -ENOENT);
+	cr_assert_eq(mst_ns_resolve(m, "/data/new.txt", &ino, &em), 0);
+	/* Not recursive: sub still shows c.bin; -R removes it. */
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0);
+	cr_assert_eq(mst_ns_sync(m, "/data", true, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(dirs, 2);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), -ENOENT);
+}
+
+Test(master, nested_mounts_and_shadowing)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	cr_assert_eq(mount("/", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mount("/nested", store2, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/a.txt", &ino, &em), 0);
+	cr_assert_eq(mst_ns_resolve(m, "/nested/inner.txt", &ino, &em), 0, "%s", em.text);
+	cr_assert_str_eq(ino.key, "inner.txt");
+	em.text[0] = 0;
+	cr_assert_eq(mount("/sub", store2, &em), -EEXIST, "a mount must not shadow");
+	cr_assert(strstr(em.text, "exists"), "%s", em.text);
+	cr_assert_eq(mount("/", store2, &em), -EEXIST);
+	/* The mount point survives a sync of its parent. */
+	uint64_t dirs;
+	cr_assert_eq(mst_ns_sync(m, "/", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/nested/inner.txt", &ino, &em), 0);
+	/* Unmounting the parent first is refused. */
+	cr_assert_eq(mst_mount_remove(m, "/", &em), -EBUSY);
+	cr_assert_eq(mst_mount_remove(m, "/nested", &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/nested", &ino, &em), -ENOENT);
+	cr_assert_eq(mst_mount_remove(m, "/nested", &em), -ENOENT);
+	cr_assert_eq(mst_mount_remove(m, "/", &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/a.txt", &ino, &em), -ENOENT);
+}
+
+Test(master, bad_mounts_refused_with_store_error)
+{
+	cis_errmsg em = {{0}};
+	mst_mount_req r = {.path = "/x", .uri = "ftp://host/x", .sync_interval_ms = -1};
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), -CIS_E_URI);
+	r.uri = "file:///definitely/not/here";
+	em.text[0] = 0;
+	cr_assert_neq(mst_mount_add(m, &r, NULL, &em), 0);
+	cr_assert(strstr(em.text, "/definitely/not/here"), "%s", em.text);
+	r.uri = "not a uri";
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), -CIS_E_URI);
+	cr_assert_eq(mst_mount_count(m), 0);
+}
+
+Test(master, bad_paths)
+{
+	cis_errmsg em;
+	mst_inode ino;
+	char big[5000];
+	memset(big, 'a', sizeof(big));
+	big[0] = '/';
+	big[4999] = 0;
+	cr_assert_eq(mst_path_check("/a/../b", 7, &em), -EINVAL);
+	cr_assert_eq(mst_path_check("/a//b", 5, &em), -EINVAL);
+	cr_assert_eq(mst_path_check("/a/./b", 6, &em), -EINVAL);
+	cr_assert_eq(mst_path_check("/a\0b", 4, &em), -EINVAL);
+	cr_assert_eq(mst_path_check("a/b", 3, &em), -EINVAL);
+	cr_assert_eq(mst_path_check("", 0, &em), -EINVAL);
+	cr_assert_eq(mst_path_check(big, strlen(big), &em), -ENAMETOOLONG);
+	big[300] = 0;
+	cr_assert_eq(mst_path_check(big, strlen(big), &em), -ENAMETOOLONG);
+	cr_assert_eq(mst_path_check("/a/b/", 5, &em), 0);
+	cr_assert_eq(mst_ns_resolve(m, "/x/..", &ino, &em), -EINVAL);
+	cr_assert_eq(mst_name_check("..", 2, &em), -EINVAL);
+	cr_assert_eq(mst_name_check("a/b", 3, &em), -EINVAL);
+}
+
+Test(master, restart_keeps_mounts_and_inode_ids)
+{
+	cis_errmsg em = {{0}};
+	mst_inode a, a2;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &a, &em), 0);
+	mst_close(m);
+	open_master();
+	cr_assert_eq(mst_mount_count(m), 1);
+	uint64_t before = cis_counter_get(m->c_store_lists);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &a2, &em), 0, "%s", em.text);
+	cr_assert_eq(a2.id, a.id);
+	cr_assert_eq(cis_counter_get(m->c_store_lists), before, "listing came from LMDB");
+}
+
+static void call(uint16_t type, const ProtobufCMessage *req, mst_reply *r)
+{
+	size_t len = protobuf_c_message_get_packed_size(req);
+	uint8_t *buf = malloc(len + 1);
+	protobuf_c_message_pack(req, buf);
+	mst_rpc_dispatch(m, type, buf, len, r);
+	free(buf);
+}
+
+Test(master, rpc_lookup_open_and_garbage)
+{
+	cis_errmsg em = {{0}};
+	mst_reply r;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	Cis__LookupRequest lq = CIS__LOOKUP_REQUEST__INIT;
+	lq.parent = MST_ROOT_INO;
+	lq.name = "data";
+	call(CIS_MSG_MASTER_LOOKUP, &lq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	uint64_t dir = ((Cis__LookupReply *)r.msg)->inode->id;
+	cr_assert(((Cis__LookupReply *)r.msg)->inode->mount_point);
+	mst_reply_clear(&r);
+	lq.parent = dir;
+	lq.name = "a.txt";
+	call(CIS_MSG_MASTER_LOOKUP, &lq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	uint64_t file = ((Cis__LookupReply *)r.msg)->inode->id;
+	mst_reply_clear(&r);
+	lq.name = "..";
+	call(CIS_MSG_MASTER_LOOKUP, &lq.base, &r);
+	cr_assert_eq(r.code, -EINVAL);
+	mst_reply_clear(&r);
+
+	Cis__OpenRequest oq = CIS__OPEN_REQUEST__INIT;
+	oq.inode = file;
+	call(CIS_MSG_MASTER_OPEN, &oq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	Cis__OpenReply *o = (Cis__OpenReply *)r.msg;
+	cr_assert_str_eq(o->inode->key, "a.txt");
+	cr_assert_eq(o->mount->block_size, MST_DEFAULT_BLOCK);
+	cr_assert_eq(o->mount->n_options, 1, "credentials go to cluster clients");
+	mst_reply_clear(&r);
+
+	Cis__ReadDirRequest rq = CIS__READ_DIR_REQUEST__INIT;
+	rq.inode = dir;
+	call(CIS_MSG_MASTER_READDIR, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	cr_assert_eq(((Cis__ReadDirReply *)r.msg)->n_entries, 3);
+	cr_assert(((Cis__ReadDirReply *)r.msg)->eof);
+	mst_reply_clear(&r);
+
+	const uint8_t junk[] = {0xff, 0xff, 0xff, 0x01, 0x02};
+	mst_rpc_dispatch(m, CIS_MSG_MASTER_LOOKUP, junk, sizeof(junk), &r);
+	cr_assert_eq(r.code, -CIS_E_PROTO);
+	mst_reply_clear(&r);
+	mst_rpc_dispatch(m, 199, junk, 0, &r);
+	cr_assert_eq(r.code, -CIS_E_PROTO);
+	mst_reply_clear(&r);
+}
+
+Test(master, workers_register_heartbeat_lost)
+{
+	mst_reply r;
+	Cis__HeartbeatRequest hq = CIS__HEARTBEAT_REQUEST__INIT;
+	hq.worker_id = 42;
+	call(CIS_MSG_MASTER_HEARTBEAT, &hq.base, &r);
+	cr_assert_eq(r.code, -ENOENT, "unknown workers are told to register");
+	cr_assert(strstr(r.em.text, "register again"));
+	mst_reply_clear(&r);
+
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	wi.host = "10.0.0.1";
+	wi.rpc_port = 19610;
+	wi.id = 42;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	cr_assert_eq(((Cis__RegisterWorkerReply *)r.msg)->worker_id, 42, "persisted id kept");
+	mst_reply_clear(&r);
+
+	uint8_t idb[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+	ProtobufCBinaryData added[1] = {{16, idb}};
+	hq.n_added = 1;
+	hq.added = added;
+	call(CIS_MSG_MASTER_HEARTBEAT, &hq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	mst_reply_clear(&r);
+	cis_block_id bid = {0x0102030405060708ull, 0x090a0b0c0d0e0f10ull};
+	uint64_t w[4];
+	cr_assert_eq(mst_workers_locate(m->workers, bid, w, 4), 1);
+	cr_assert_eq(w[0], 42);
+
+	Cis__WorkerListRequest lq = CIS__WORKER_LIST_REQUEST__INIT;
+	call(CIS_MSG_MASTER_WORKER_LIST, &lq.base, &r);
+	cr_assert_eq(((Cis__WorkerListReply *)r.msg)->n_workers, 1);
+	uint64_t v = ((Cis__WorkerListReply *)r.msg)->version;
+	mst_reply_clear(&r);
+	lq.known_version = v;
+	call(CIS_MSG_MASTER_WORKER_LIST, &lq.base, &r);
+	cr_assert(((Cis__WorkerListReply *)r.msg)->unchanged);
+	mst_reply_clear(&r);
+
+	/* Silent past the timeout (200 ms here): lost, locations dropped. */
+	cr_assert_eq(mst_workers_expire(m->workers, cis_mono_ms() + 100000), 1);
+	cr_assert_eq(mst_workers_locate(m->workers, bid, w, 4), 0);
+	cr_assert_gt(mst_workers_version(m->workers), v);
+	hq.n_added = 0;
+	call(CIS_MSG_MASTER_HEARTBEAT, &hq.base, &r);
+	cr_assert_eq(r.code, -ENOENT);
+	mst_reply_clear(&r);
+}
+
+Test(master, api_redacts_credentials_and_checks_input)
+{
+	cis_errmsg em = {{0}};
+	json_t *out;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/mounts", NULL, NULL, &out), 200);
+	char *s = json_dumps(out, 0);
+	cr_assert_null(strstr(s, "TOPSECRET123"), "%s", s);
+	cr_assert(strstr(s, "***"), "%s", s);
+	free(s);
+	json_decref(out);
+
+	cr_assert_eq(mst_api_handle(m, "PUT", "/api/v1/mounts", NULL, NULL, &out), 405);
+	json_decref(out);
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/nope", NULL, NULL, &out), 404);
+	json_decref(out);
+	json_t *b = json_pack("{s:s}", "uri", "file:///tmp");
+	cr_assert_eq(mst_api_handle(m, "POST", "/api/v1/mounts", NULL, b, &out), 400);
+	json_decref(out);
+	json_decref(b);
+	b = json_pack("{s:s, s:s}", "path", "/y", "uri", "gopher://x/y");
+	cr_assert_eq(mst_api_handle(m, "POST", "/api/v1/mounts", NULL, b, &out), 400);
+	json_decref(out);
+	json_decref(b);
+
+	cis_kvlist q = CIS_KVLIST_INIT;
+	cis_kvlist_set(&q, "path", "/data");
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/ls", &q, NULL, &out), 200);
+	cr_assert_eq(json_array_size(json_object_get(out, "entries")), 3);
+	json_decref(out);
+	cis_kvlist_set(&q, "path", "/data/../etc");
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/stat", &q, NULL, &out), 400);
+	json_decref(out);
+	cis_kvlist_set(&q, "path", "/data/a.txt");
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/stat", &q, NULL, &out), 200);
+	s = json_dumps(out, 0);
+	cr_assert_null(strstr(s, "TOPSECRET123"), "%s", s);
+	free(s);
+	json_decref(out);
+	cis_kvlist_free(&q);
+}
