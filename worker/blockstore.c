@@ -1,0 +1,1094 @@
+/* The block store: cache dirs, block files and the LMDB index.
+ *
+ * A block lives at <dir>/<first 2 hex digits>/<32 hex digit id>. It is
+ * written under <dir>/.tmp/ and renamed into place when complete, so a
+ * file at a block's name is always whole. The index (LMDB in the state
+ * dir, database "blocks": 16-byte id -> bs_rec + dir path) says which dir
+ * holds the block, its length, xxh3 checksum, last access and pin.
+ *
+ * On start the index and the files are reconciled: temporaries are removed,
+ * an index entry whose file is missing or has the wrong size is dropped, a
+ * file the index does not know is deleted. Blocks loaded from the index are
+ * unverified until their first read (or the scrubber) checks the checksum.
+ *
+ * In memory every block has a wrk_block in a hash table and in its dir's
+ * SLRU. One mutex guards all of it; file I/O of whole blocks (verify) is
+ * done without it, holding a reference instead. */
+#include "worker.h"
+#include "slru.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cistern/log.h"
+#include "cistern/time.h"
+
+#define BS_FLAG_PIN 1u
+
+/* The LMDB record of a block, followed by the dir's path (not NUL-ended). */
+struct bs_rec {
+	uint64_t len;
+	uint64_t sum;
+	int64_t atime_s;
+	uint32_t flags;
+	uint32_t dirlen;
+};
+
+typedef struct wrk_block {
+	wrk_lru_node lru; /* first: the node's address is the block's */
+	cis_block_id id;
+	struct wrk_block *hnext;
+	int dir;
+	uint64_t len;
+	uint64_t sum;
+	int64_t atime_s;
+	int refs;
+	bool pinned;
+	bool verified;
+	bool doomed; /* drop when the last reference goes */
+} wrk_block;
+
+typedef struct bs_dir {
+	char *path;
+	uint64_t capacity, high, low;
+	uint64_t used;     /* complete blocks plus reservations */
+	uint64_t reserved; /* part of used: fetches under way */
+	uint64_t pinned;
+	uint64_t nblocks;
+	bool writable;
+	wrk_slru lru;
+} bs_dir;
+
+struct wrk_bs {
+	wrk *w;
+	pthread_mutex_t mu;
+	bs_dir dirs[WRK_MAX_DIRS];
+	int ndirs;
+	wrk_block **table;
+	size_t nbuckets, nblocks;
+	MDB_env *env;
+	MDB_dbi dbi_blocks, dbi_meta;
+	int lock_fd;
+};
+
+static size_t bucket_of(const wrk_bs *bs, cis_block_id id)
+{
+	return (size_t)((id.lo ^ (id.hi * 0x9E3779B97F4A7C15ull)) & (bs->nbuckets - 1));
+}
+
+static wrk_block *do_find(const wrk_bs *bs, cis_block_id id)
+{
+	for (wrk_block *b = bs->table[bucket_of(bs, id)]; b; b = b->hnext)
+		if (cis_block_id_eq(b->id, id))
+			return b;
+	return NULL;
+}
+
+static void do_grow(wrk_bs *bs)
+{
+	size_t old = bs->nbuckets;
+	wrk_block **ot = bs->table, **nt = calloc(old * 2, sizeof(*nt));
+
+	if (!nt)
+		return; /* stay at the old size: slower chains, still correct */
+	bs->table = nt;
+	bs->nbuckets = old * 2;
+	for (size_t i = 0; i < old; i++) {
+		wrk_block *b = ot[i], *next;
+
+		for (; b; b = next) {
+			size_t k = bucket_of(bs, b->id);
+
+			next = b->hnext;
+			b->hnext = nt[k];
+			nt[k] = b;
+		}
+	}
+	free(ot);
+}
+
+static void do_insert(wrk_bs *bs, wrk_block *b)
+{
+	size_t k;
+
+	if (bs->nblocks + 1 > bs->nbuckets)
+		do_grow(bs);
+	k = bucket_of(bs, b->id);
+	b->hnext = bs->table[k];
+	bs->table[k] = b;
+	bs->nblocks++;
+}
+
+static void do_unlink_table(wrk_bs *bs, wrk_block *b)
+{
+	wrk_block **pp = &bs->table[bucket_of(bs, b->id)];
+
+	for (; *pp; pp = &(*pp)->hnext)
+		if (*pp == b) {
+			*pp = b->hnext;
+			bs->nblocks--;
+			return;
+		}
+}
+
+static void block_path(const char *dir, cis_block_id id, char *out, size_t n)
+{
+	char hex[CIS_BLOCK_ID_HEX];
+
+	cis_block_id_fmt(id, hex);
+	snprintf(out, n, "%s/%.2s/%s", dir, hex, hex);
+}
+
+static int64_t now_s(void)
+{
+	return cis_wall_ns() / 1000000000;
+}
+
+/* ---- index ---- */
+
+static int idx_put(wrk_bs *bs, const wrk_block *b)
+{
+	const char *dir = bs->dirs[b->dir].path;
+	size_t dl = strlen(dir);
+	uint8_t key[16], *val;
+	struct bs_rec rec = {b->len, b->sum, b->atime_s, b->pinned ? BS_FLAG_PIN : 0, (uint32_t)dl};
+	MDB_val k = {16, key}, v;
+	MDB_txn *txn;
+	int rc;
+
+	val = malloc(sizeof(rec) + dl);
+	if (!val)
+		return -ENOMEM;
+	memcpy(val, &rec, sizeof(rec));
+	memcpy(val + sizeof(rec), dir, dl);
+	v.mv_size = sizeof(rec) + dl;
+	v.mv_data = val;
+	wrk_id_to_bytes(b->id, key);
+	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (rc == 0) {
+		rc = mdb_put(txn, bs->dbi_blocks, &k, &v, 0);
+		if (rc == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+	}
+	free(val);
+	if (rc) {
+		cis_log_limited(CIS_LOG_ERROR, "worker:lmdb-put", 60, "block index write failed",
+		                "err=\"%s\"", mdb_strerror(rc));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void idx_del(wrk_bs *bs, cis_block_id id)
+{
+	uint8_t key[16];
+	MDB_val k = {16, key};
+	MDB_txn *txn;
+
+	wrk_id_to_bytes(id, key);
+	if (mdb_txn_begin(bs->env, NULL, 0, &txn) != 0)
+		return;
+	mdb_del(txn, bs->dbi_blocks, &k, NULL); /* MDB_NOTFOUND is fine */
+	mdb_txn_commit(txn);
+}
+
+/* ---- dirs ---- */
+
+static bool probe_writable(const char *dir)
+{
+	char p[PATH_MAX];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/.tmp/.probe", dir);
+	fd = open(p, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return false;
+	close(fd);
+	unlink(p);
+	return true;
+}
+
+void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
+{
+	char cause[PATH_MAX + 32];
+	bool was;
+
+	pthread_mutex_lock(&bs->mu);
+	was = bs->dirs[dir].writable;
+	/* ENOSPC leaves the dir readable: cached blocks keep being served. */
+	bs->dirs[dir].writable = false;
+	pthread_mutex_unlock(&bs->mu);
+	cis_counter_inc(bs->w->m.disk_errors);
+	snprintf(cause, sizeof(cause), "worker:dir:%d:%s", -err, bs->dirs[dir].path);
+	cis_log_limited(CIS_LOG_ERROR, cause, 60, "cache dir failed, caching there paused",
+	                "dir=%s op=%s err=\"%s\" was_writable=%d", bs->dirs[dir].path, what,
+	                cis_strerror(err), was);
+}
+
+void wrk_bs_probe_dirs(wrk_bs *bs)
+{
+	for (int i = 0; i < bs->ndirs; i++) {
+		bool ok, was;
+
+		pthread_mutex_lock(&bs->mu);
+		was = bs->dirs[i].writable;
+		pthread_mutex_unlock(&bs->mu);
+		if (was)
+			continue;
+		/* A vanished dir comes back empty: recreate its .tmp. */
+		{
+			char p[PATH_MAX];
+
+			snprintf(p, sizeof(p), "%s/.tmp", bs->dirs[i].path);
+			mkdir(p, 0700);
+		}
+		ok = probe_writable(bs->dirs[i].path);
+		if (ok) {
+			pthread_mutex_lock(&bs->mu);
+			bs->dirs[i].writable = true;
+			pthread_mutex_unlock(&bs->mu);
+			cis_info("cache dir writable again", "dir=%s", bs->dirs[i].path);
+		}
+	}
+}
+
+/* ---- eviction ---- */
+
+typedef struct victim {
+	cis_block_id id;
+	int dir;
+} victim;
+
+/* Remove b from memory and the index (caller holds mu; refs == 0). The
+ * file is unlinked by the caller after unlocking. */
+static void do_forget(wrk_bs *bs, wrk_block *b)
+{
+	bs_dir *d = &bs->dirs[b->dir];
+
+	wrk_slru_remove(&d->lru, &b->lru);
+	do_unlink_table(bs, b);
+	d->used -= b->len;
+	d->nblocks--;
+	if (b->pinned)
+		d->pinned -= b->len;
+	idx_del(bs, b->id);
+	if (bs->w->link)
+		wrk_link_note(bs->w->link, b->id, false);
+}
+
+static void unlink_victims(wrk_bs *bs, victim *v, size_t n)
+{
+	char p[PATH_MAX];
+
+	for (size_t i = 0; i < n; i++) {
+		block_path(bs->dirs[v[i].dir].path, v[i].id, p, sizeof(p));
+		if (unlink(p) < 0 && errno != ENOENT)
+			cis_log_limited(CIS_LOG_WARN, "worker:unlink", 60,
+			                "cannot remove evicted block file", "path=%s err=\"%s\"", p,
+			                strerror(errno));
+	}
+}
+
+/* Evict from dir i until used + need <= target. Returns the victims in
+ * *v (caller frees and unlinks). Caller holds mu. */
+static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim **v)
+{
+	bs_dir *d = &bs->dirs[i];
+	wrk_lru_node *n, *next;
+	size_t cnt = 0, cap = 0;
+
+	*v = NULL;
+	for (n = wrk_slru_next_victim(&d->lru, NULL); n && d->used + need > target; n = next) {
+		wrk_block *b = (wrk_block *)n;
+
+		next = wrk_slru_next_victim(&d->lru, n);
+		if (b->pinned || b->refs > 0)
+			continue;
+		if (cnt == cap) {
+			victim *nv = realloc(*v, (cap ? cap * 2 : 16) * sizeof(**v));
+
+			if (!nv)
+				break;
+			*v = nv;
+			cap = cap ? cap * 2 : 16;
+		}
+		(*v)[cnt].id = b->id;
+		(*v)[cnt].dir = i;
+		cnt++;
+		cis_counter_inc(bs->w->m.evictions);
+		cis_counter_add(bs->w->m.evicted_bytes, b->len);
+		do_forget(bs, b);
+		free(b);
+	}
+	return cnt;
+}
+
+int wrk_bs_reserve(wrk_bs *bs, uint64_t len, int *dir)
+{
+	bool tried[WRK_MAX_DIRS] = {false};
+	victim *v = NULL;
+	size_t nv = 0;
+	int rc = -ENOSPC;
+
+	pthread_mutex_lock(&bs->mu);
+	for (;;) {
+		int best = -1;
+		uint64_t best_free = 0;
+
+		for (int i = 0; i < bs->ndirs; i++) {
+			bs_dir *d = &bs->dirs[i];
+			uint64_t fr = d->capacity > d->used ? d->capacity - d->used : 0;
+
+			if (!d->writable || tried[i] || d->capacity < len)
+				continue;
+			if (best < 0 || fr > best_free) {
+				best = i;
+				best_free = fr;
+			}
+		}
+		if (best < 0)
+			break;
+		tried[best] = true;
+		if (bs->dirs[best].used + len > bs->dirs[best].high) {
+			victim *more;
+			size_t nm = do_evict(bs, best, len, bs->dirs[best].low, &more);
+
+			if (nm) {
+				victim *all = realloc(v, (nv + nm) * sizeof(*v));
+
+				if (all) {
+					memcpy(all + nv, more, nm * sizeof(*v));
+					v = all;
+					nv += nm;
+				} else {
+					unlink_victims(bs, more, nm); /* under mu: rare path */
+				}
+				free(more);
+			}
+		}
+		if (bs->dirs[best].used + len <= bs->dirs[best].capacity) {
+			bs->dirs[best].used += len;
+			bs->dirs[best].reserved += len;
+			*dir = best;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&bs->mu);
+	unlink_victims(bs, v, nv);
+	free(v);
+	return rc;
+}
+
+void wrk_bs_unreserve(wrk_bs *bs, int dir, uint64_t len)
+{
+	pthread_mutex_lock(&bs->mu);
+	bs->dirs[dir].used -= len;
+	bs->dirs[dir].reserved -= len;
+	pthread_mutex_unlock(&bs->mu);
+}
+
+int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size_t n)
+{
+	static atomic_uint_fast64_t seq;
+	char hex[CIS_BLOCK_ID_HEX];
+	int fd;
+
+	cis_block_id_fmt(id, hex);
+	snprintf(tmp_path, n, "%s/.tmp/%s.%" PRIuFAST64, bs->dirs[dir].path, hex,
+	         atomic_fetch_add(&seq, 1));
+	fd = open(tmp_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+	if (fd < 0 && errno == ENOENT) {
+		/* .tmp vanished (the dir was emptied behind us): try once more. */
+		char p[PATH_MAX];
+
+		snprintf(p, sizeof(p), "%s/.tmp", bs->dirs[dir].path);
+		if (mkdir(p, 0700) == 0)
+			fd = open(tmp_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+	}
+	if (fd < 0) {
+		int err = -errno;
+
+		wrk_bs_dir_error(bs, dir, err, "create");
+		return err;
+	}
+	return fd;
+}
+
+int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
+                  const char *tmp_path, bool pin)
+{
+	char p[PATH_MAX];
+	wrk_block *b, *old;
+	int rc;
+
+	block_path(bs->dirs[dir].path, id, p, sizeof(p));
+	if (rename(tmp_path, p) < 0) {
+		rc = -errno;
+		if (rc == -ENOENT) {
+			char sub[PATH_MAX];
+
+			snprintf(sub, sizeof(sub), "%.*s", (int)(strrchr(p, '/') - p), p);
+			if (mkdir(sub, 0755) == 0 || errno == EEXIST)
+				rc = rename(tmp_path, p) < 0 ? -errno : 0;
+		}
+		if (rc < 0) {
+			wrk_bs_dir_error(bs, dir, rc, "rename");
+			unlink(tmp_path);
+			wrk_bs_unreserve(bs, dir, len);
+			return rc;
+		}
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		unlink(p);
+		wrk_bs_unreserve(bs, dir, len);
+		return -ENOMEM;
+	}
+	b->id = id;
+	b->dir = dir;
+	b->len = len;
+	b->sum = sum;
+	b->atime_s = now_s();
+	b->verified = true;
+	b->pinned = pin;
+	pthread_mutex_lock(&bs->mu);
+	bs->dirs[dir].reserved -= len;
+	old = do_find(bs, id);
+	if (old) {
+		/* Raced with another copy (replicate and read at once): keep the
+		 * indexed one, give back this space. */
+		bs->dirs[dir].used -= len;
+		pthread_mutex_unlock(&bs->mu);
+		{
+			char op[PATH_MAX];
+
+			/* Our rename replaced the indexed file when both are in
+			 * one dir: same bytes (same id), nothing to remove. */
+			block_path(bs->dirs[old->dir].path, id, op, sizeof(op));
+			if (strcmp(op, p) != 0)
+				unlink(p);
+		}
+		free(b);
+		return 0;
+	}
+	do_insert(bs, b);
+	wrk_slru_insert(&bs->dirs[dir].lru, &b->lru, len);
+	bs->dirs[dir].nblocks++;
+	if (pin)
+		bs->dirs[dir].pinned += len;
+	idx_put(bs, b);
+	if (bs->w->link)
+		wrk_link_note(bs->w->link, id, true);
+	pthread_mutex_unlock(&bs->mu);
+	return 0;
+}
+
+int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info)
+{
+	wrk_block *b;
+
+	pthread_mutex_lock(&bs->mu);
+	b = do_find(bs, id);
+	if (!b) {
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOENT;
+	}
+	b->refs++;
+	if (touch) {
+		wrk_slru_touch(&bs->dirs[b->dir].lru, &b->lru);
+		b->atime_s = now_s();
+	}
+	info->blk = b;
+	info->dir = b->dir;
+	info->len = b->len;
+	info->sum = b->sum;
+	info->verified = b->verified;
+	info->pinned = b->pinned;
+	block_path(bs->dirs[b->dir].path, id, info->path, sizeof(info->path));
+	pthread_mutex_unlock(&bs->mu);
+	return 0;
+}
+
+bool wrk_bs_has(wrk_bs *bs, cis_block_id id)
+{
+	bool r;
+
+	pthread_mutex_lock(&bs->mu);
+	r = do_find(bs, id) != NULL;
+	pthread_mutex_unlock(&bs->mu);
+	return r;
+}
+
+void wrk_bs_release(wrk_bs *bs, wrk_block *b)
+{
+	bool gone;
+
+	pthread_mutex_lock(&bs->mu);
+	gone = --b->refs == 0 && b->doomed;
+	pthread_mutex_unlock(&bs->mu);
+	if (gone)
+		free(b); /* already out of the table, the index and the dir */
+}
+
+/* Dropping a block in use removes its file and entry at once (readers keep
+ * their open fds) and frees the struct at the last release, so a fresh
+ * copy of the same id can be cached meanwhile without confusion. */
+int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
+{
+	wrk_block *b;
+	victim v;
+	bool busy;
+	char hex[CIS_BLOCK_ID_HEX];
+
+	cis_block_id_fmt(id, hex);
+	pthread_mutex_lock(&bs->mu);
+	b = do_find(bs, id);
+	if (!b) {
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOENT;
+	}
+	v.id = b->id;
+	v.dir = b->dir;
+	do_forget(bs, b);
+	busy = b->refs > 0;
+	if (busy)
+		b->doomed = true;
+	else
+		free(b);
+	pthread_mutex_unlock(&bs->mu);
+	unlink_victims(bs, &v, 1);
+	cis_info("block dropped", "block=%s why=\"%s\" in_use=%d", hex, why, busy);
+	return busy ? -EBUSY : 0;
+}
+
+int wrk_bs_verify(wrk_bs *bs, cis_block_id id)
+{
+	wrk_blk_info info;
+	cis_checksum *cs;
+	char *buf;
+	uint64_t done = 0;
+	int fd, rc = 0;
+	struct stat st;
+
+	if (wrk_bs_acquire(bs, id, false, &info) < 0)
+		return -ENOENT;
+	cs = cis_checksum_new();
+	buf = malloc(1 << 20);
+	if (!cs || !buf) {
+		rc = -ENOMEM;
+		goto out_release;
+	}
+	fd = open(info.path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = errno == ENOENT ? -ENOENT : -errno;
+		goto out_release;
+	}
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size != info.len) {
+		rc = -CIS_E_CHECKSUM;
+		goto out_close;
+	}
+	while (done < info.len) {
+		ssize_t n = pread(fd, buf, 1 << 20, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -CIS_E_CHECKSUM;
+			goto out_close;
+		}
+		cis_checksum_update(cs, buf, (size_t)n);
+		done += (uint64_t)n;
+	}
+	if (cis_checksum_digest(cs) != info.sum)
+		rc = -CIS_E_CHECKSUM;
+out_close:
+	close(fd);
+out_release:
+	free(buf);
+	cis_checksum_free(cs);
+	if (rc == 0) {
+		pthread_mutex_lock(&bs->mu);
+		info.blk->verified = true;
+		pthread_mutex_unlock(&bs->mu);
+	}
+	wrk_bs_release(bs, info.blk);
+	if (rc == -CIS_E_CHECKSUM || rc == -ENOENT) {
+		char hex[CIS_BLOCK_ID_HEX];
+
+		cis_block_id_fmt(id, hex);
+		if (rc == -CIS_E_CHECKSUM)
+			cis_counter_inc(bs->w->m.checksum_failures);
+		cis_log_limited(CIS_LOG_WARN, "worker:verify", 10,
+		                "cached block failed verification", "block=%s path=%s err=\"%s\"",
+		                hex, info.path, cis_strerror(rc));
+		wrk_bs_drop(bs, id, rc == -ENOENT ? "file missing" : "checksum mismatch");
+	}
+	return rc;
+}
+
+int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin)
+{
+	wrk_block *b;
+
+	pthread_mutex_lock(&bs->mu);
+	b = do_find(bs, id);
+	if (!b) {
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOENT;
+	}
+	if (b->pinned != pin) {
+		b->pinned = pin;
+		if (pin)
+			bs->dirs[b->dir].pinned += b->len;
+		else
+			bs->dirs[b->dir].pinned -= b->len;
+		idx_put(bs, b);
+	}
+	pthread_mutex_unlock(&bs->mu);
+	return 0;
+}
+
+int wrk_bs_list(wrk_bs *bs, cis_block_id **ids, size_t *n)
+{
+	size_t k = 0;
+
+	pthread_mutex_lock(&bs->mu);
+	*ids = malloc((bs->nblocks + 1) * sizeof(**ids));
+	if (!*ids) {
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < bs->nbuckets; i++)
+		for (wrk_block *b = bs->table[i]; b; b = b->hnext)
+			(*ids)[k++] = b->id;
+	pthread_mutex_unlock(&bs->mu);
+	*n = k;
+	return 0;
+}
+
+int wrk_bs_next(wrk_bs *bs, const cis_block_id *after, cis_block_id *out)
+{
+	uint8_t key[16];
+	MDB_val k = {16, key}, v;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	int rc;
+
+	if (mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn) != 0)
+		return -EIO;
+	if (mdb_cursor_open(txn, bs->dbi_blocks, &cur) != 0) {
+		mdb_txn_abort(txn);
+		return -EIO;
+	}
+	if (after) {
+		wrk_id_to_bytes(*after, key);
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && k.mv_size == 16 && memcmp(k.mv_data, key, 16) == 0)
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	} else {
+		rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+	}
+	if (rc == 0 && k.mv_size == 16) {
+		ProtobufCBinaryData b = {16, k.mv_data};
+
+		wrk_id_from_bytes(&b, out); /* copied out before the txn ends */
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc == 0 ? 0 : -ENOENT;
+}
+
+int wrk_bs_ndirs(const wrk_bs *bs)
+{
+	return bs->ndirs;
+}
+
+void wrk_bs_dir_usage(wrk_bs *bs, int i, Cis__DirUsage *u)
+{
+	pthread_mutex_lock(&bs->mu);
+	u->path = bs->dirs[i].path;
+	u->capacity = bs->dirs[i].capacity;
+	u->used = bs->dirs[i].used;
+	u->blocks = bs->dirs[i].nblocks;
+	u->high_watermark = bs->dirs[i].high;
+	u->low_watermark = bs->dirs[i].low;
+	u->writable = bs->dirs[i].writable;
+	u->pinned_bytes = bs->dirs[i].pinned;
+	pthread_mutex_unlock(&bs->mu);
+}
+
+uint64_t wrk_bs_nblocks(wrk_bs *bs)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&bs->mu);
+	n = bs->nblocks;
+	pthread_mutex_unlock(&bs->mu);
+	return n;
+}
+
+uint64_t wrk_bs_load_worker_id(wrk_bs *bs)
+{
+	MDB_val k = {9, "worker_id"}, v;
+	MDB_txn *txn;
+	uint64_t id = 0;
+
+	if (mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	if (mdb_get(txn, bs->dbi_meta, &k, &v) == 0 && v.mv_size == 8)
+		memcpy(&id, v.mv_data, 8);
+	mdb_txn_abort(txn);
+	return id;
+}
+
+int wrk_bs_save_worker_id(wrk_bs *bs, uint64_t id)
+{
+	MDB_val k = {9, "worker_id"}, v = {8, &id};
+	MDB_txn *txn;
+	int rc;
+
+	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (rc)
+		return -EIO;
+	rc = mdb_put(txn, bs->dbi_meta, &k, &v, 0);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return -EIO;
+	}
+	/* The id must survive a crash: sync this one. */
+	return mdb_txn_commit(txn) == 0 && mdb_env_sync(bs->env, 1) == 0 ? 0 : -EIO;
+}
+
+/* ---- start-up ---- */
+
+static int mkdir_p(const char *path)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *s = p + 1; *s; s++)
+		if (*s == '/') {
+			*s = 0;
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return -errno;
+			*s = '/';
+		}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static void clean_tmp(const char *dir)
+{
+	char p[PATH_MAX];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "%s/.tmp", dir);
+	mkdir(p, 0700);
+	d = opendir(p);
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+			n++;
+	}
+	closedir(d);
+	if (n)
+		cis_info("removed unfinished block files", "dir=%s count=%d", dir, n);
+}
+
+static int cmp_atime(const void *a, const void *b)
+{
+	const wrk_block *x = *(wrk_block *const *)a, *y = *(wrk_block *const *)b;
+
+	return x->atime_s < y->atime_s ? 1 : x->atime_s > y->atime_s ? -1 : 0;
+}
+
+/* Load the index, dropping entries without a good file. */
+static int load_index(wrk_bs *bs, cis_errmsg *em)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	wrk_block **loaded = NULL;
+	size_t nl = 0, cl = 0;
+	cis_block_id *stale = NULL;
+	size_t ns = 0, cs = 0;
+	int rc;
+
+	rc = mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return cis_fail(em, -EIO, "block index: %s", mdb_strerror(rc));
+	mdb_cursor_open(txn, bs->dbi_blocks, &cur);
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct bs_rec rec;
+		ProtobufCBinaryData kb = {k.mv_size, k.mv_data};
+		cis_block_id id;
+		int dir = -1;
+		char p[PATH_MAX];
+		struct stat st;
+
+		if (wrk_id_from_bytes(&kb, &id) < 0)
+			continue;
+		if (v.mv_size >= sizeof(rec)) {
+			memcpy(&rec, v.mv_data, sizeof(rec));
+			if (v.mv_size == sizeof(rec) + rec.dirlen)
+				for (int i = 0; i < bs->ndirs; i++)
+					if (strlen(bs->dirs[i].path) == rec.dirlen &&
+					    memcmp(bs->dirs[i].path,
+					           (char *)v.mv_data + sizeof(rec),
+					           rec.dirlen) == 0)
+						dir = i;
+		}
+		if (dir >= 0) {
+			block_path(bs->dirs[dir].path, id, p, sizeof(p));
+			if (stat(p, &st) < 0 || (uint64_t)st.st_size != rec.len)
+				dir = -1;
+		}
+		if (dir < 0) {
+			if (ns == cs) {
+				cis_block_id *n2 = realloc(stale, (cs ? cs * 2 : 64) * sizeof(*n2));
+
+				if (!n2)
+					continue;
+				stale = n2;
+				cs = cs ? cs * 2 : 64;
+			}
+			stale[ns++] = id;
+			continue;
+		}
+		if (nl == cl) {
+			wrk_block **n2 = realloc(loaded, (cl ? cl * 2 : 256) * sizeof(*n2));
+
+			if (!n2)
+				break;
+			loaded = n2;
+			cl = cl ? cl * 2 : 256;
+		}
+		wrk_block *b = calloc(1, sizeof(*b));
+
+		if (!b)
+			break;
+		b->id = id;
+		b->dir = dir;
+		b->len = rec.len;
+		b->sum = rec.sum;
+		b->atime_s = rec.atime_s;
+		b->pinned = rec.flags & BS_FLAG_PIN;
+		loaded[nl++] = b;
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+
+	/* Most recent first, each appended at probation's cold end. */
+	qsort(loaded, nl, sizeof(*loaded), cmp_atime);
+	for (size_t i = 0; i < nl; i++) {
+		wrk_block *b = loaded[i];
+		bs_dir *d = &bs->dirs[b->dir];
+
+		do_insert(bs, b);
+		wrk_slru_insert_old(&d->lru, &b->lru, b->len);
+		d->used += b->len;
+		d->nblocks++;
+		if (b->pinned)
+			d->pinned += b->len;
+	}
+	free(loaded);
+	for (size_t i = 0; i < ns; i++)
+		idx_del(bs, stale[i]);
+	if (ns)
+		cis_warn("dropped index entries without a good block file", "count=%zu", ns);
+	free(stale);
+	cis_info("block index loaded", "blocks=%zu", nl);
+	return 0;
+}
+
+/* Delete files under the 2-hex subdirs that the index does not place there. */
+static void remove_unknown(wrk_bs *bs, int i)
+{
+	const char *dir = bs->dirs[i].path;
+	char sub[PATH_MAX];
+	int removed = 0;
+
+	for (int h = 0; h < 256; h++) {
+		DIR *d;
+		struct dirent *e;
+
+		snprintf(sub, sizeof(sub), "%s/%02x", dir, h);
+		d = opendir(sub);
+		if (!d)
+			continue;
+		while ((e = readdir(d)) != NULL) {
+			cis_block_id id;
+			wrk_block *b;
+
+			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+				continue;
+			if (cis_block_id_parse(e->d_name, &id) == 0) {
+				b = do_find(bs, id);
+				if (b && b->dir == i)
+					continue;
+			}
+			if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+				removed++;
+		}
+		closedir(d);
+	}
+	if (removed)
+		cis_warn("deleted files the block index does not know", "dir=%s count=%d", dir,
+		         removed);
+}
+
+int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
+{
+	wrk_bs *bs;
+	char p[PATH_MAX];
+	MDB_txn *txn;
+	int rc;
+
+	if (o->ndirs < 1 || o->ndirs > WRK_MAX_DIRS)
+		return cis_fail(em, -EINVAL, "need 1 to %d cache dirs", WRK_MAX_DIRS);
+	bs = calloc(1, sizeof(*bs));
+	if (!bs)
+		return cis_fail(em, -ENOMEM, "out of memory");
+	bs->w = w;
+	bs->lock_fd = -1;
+	pthread_mutex_init(&bs->mu, NULL);
+	bs->nbuckets = 1024;
+	bs->table = calloc(bs->nbuckets, sizeof(*bs->table));
+	if (!bs->table) {
+		rc = cis_fail(em, -ENOMEM, "out of memory");
+		goto out_free;
+	}
+	for (int i = 0; i < o->ndirs; i++) {
+		bs_dir *d = &bs->dirs[i];
+		char real[PATH_MAX];
+
+		rc = mkdir_p(o->dirs[i].path);
+		if (rc < 0) {
+			rc =
+			    cis_fail(em, rc, "cache dir %s: %s", o->dirs[i].path, cis_strerror(rc));
+			goto out_dirs;
+		}
+		d->path = strdup(realpath(o->dirs[i].path, real) ? real : o->dirs[i].path);
+		bs->ndirs = i + 1;
+		for (int j = 0; j < i; j++)
+			if (strcmp(bs->dirs[j].path, d->path) == 0) {
+				rc = cis_fail(em, -EINVAL, "cache dir %s given twice", d->path);
+				goto out_dirs;
+			}
+		d->capacity = o->dirs[i].capacity;
+		d->high = (uint64_t)((double)d->capacity * o->high);
+		d->low = (uint64_t)((double)d->capacity * o->low);
+		wrk_slru_init(&d->lru, (uint64_t)((double)d->capacity * o->protected_frac));
+		clean_tmp(d->path);
+		d->writable = probe_writable(d->path);
+		if (!d->writable)
+			cis_warn("cache dir not writable: serving its blocks, caching elsewhere",
+			         "dir=%s", d->path);
+	}
+
+	rc = mkdir_p(o->state_dir);
+	if (rc < 0) {
+		rc = cis_fail(em, rc, "state dir %s: %s", o->state_dir, cis_strerror(rc));
+		goto out_dirs;
+	}
+	snprintf(p, sizeof(p), "%s/worker.lock", o->state_dir);
+	bs->lock_fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+	if (bs->lock_fd < 0 || flock(bs->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = cis_fail(em, -EBUSY, "state dir %s: in use by another worker (%s)",
+		              o->state_dir, strerror(errno));
+		goto out_dirs;
+	}
+	snprintf(p, sizeof(p), "%s/index.mdb", o->state_dir);
+	if ((rc = mdb_env_create(&bs->env)) || (rc = mdb_env_set_maxdbs(bs->env, 4)) ||
+	    (rc = mdb_env_set_mapsize(bs->env, 4ull << 30)) ||
+	    /* NOSYNC: a crash of the process loses nothing (the OS has the
+	     * pages); after a power loss reconcile repairs what is missing. */
+	    (rc = mdb_env_open(bs->env, p, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0644))) {
+		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));
+		goto out_env;
+	}
+	if ((rc = mdb_txn_begin(bs->env, NULL, 0, &txn)) ||
+	    (rc = mdb_dbi_open(txn, "blocks", MDB_CREATE, &bs->dbi_blocks)) ||
+	    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &bs->dbi_meta)) ||
+	    (rc = mdb_txn_commit(txn))) {
+		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));
+		goto out_env;
+	}
+	rc = load_index(bs, em);
+	if (rc < 0)
+		goto out_env;
+	for (int i = 0; i < bs->ndirs; i++) {
+		victim *v;
+		size_t nv;
+
+		remove_unknown(bs, i);
+		/* A dir configured smaller than before: trim it now. */
+		nv = bs->dirs[i].used > bs->dirs[i].high ? do_evict(bs, i, 0, bs->dirs[i].low, &v)
+		                                         : 0;
+		if (nv) {
+			unlink_victims(bs, v, nv);
+			free(v);
+		}
+	}
+	*out = bs;
+	return 0;
+
+out_env:
+	if (bs->env)
+		mdb_env_close(bs->env);
+out_dirs:
+	for (int i = 0; i < bs->ndirs; i++)
+		free(bs->dirs[i].path);
+	if (bs->lock_fd >= 0)
+		close(bs->lock_fd);
+	free(bs->table);
+out_free:
+	free(bs);
+	return rc;
+}
+
+void wrk_bs_close(wrk_bs *bs)
+{
+	if (!bs)
+		return;
+	/* Persist access times so the next start orders eviction well. */
+	for (size_t i = 0; i < bs->nbuckets; i++) {
+		wrk_block *b = bs->table[i], *next;
+
+		for (; b; b = next) {
+			next = b->hnext;
+			idx_put(bs, b);
+			free(b);
+		}
+	}
+	mdb_env_sync(bs->env, 1);
+	mdb_env_close(bs->env);
+	for (int i = 0; i < bs->ndirs; i++)
+		free(bs->dirs[i].path);
+	close(bs->lock_fd);
+	free(bs->table);
+	pthread_mutex_destroy(&bs->mu);
+	free(bs);
+}

@@ -1,0 +1,896 @@
+/* Fetching blocks from the store: single flight, a bounded pool, streaming.
+ *
+ * Every block being fetched has one `fetch` in the in-flight table; readers
+ * of that block join it as waiters instead of starting their own. The fetch
+ * writes into a temporary file in a cache dir as bytes arrive, and after
+ * each chunk sends each streaming waiter what it can now have straight
+ * from that file (sendfile through cis_rpc_reply_file), so the first bytes
+ * reach a reader long before the block is complete.
+ *
+ * A fixed number of fetch threads (--fetch-threads) run jobs from two
+ * queues: reads a client waits on (high) before prefetch and load (low). A
+ * low fetch that a reader joins moves to the high queue.
+ *
+ * When the cache cannot take the block (no space, a dir read-only or gone)
+ * a reader is served by a direct read from the store into its reply
+ * ("direct" jobs), so a sick disk costs caching, not service. */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cistern/log.h"
+#include "cistern/msgtype.h"
+#include "cistern/time.h"
+
+#define FX_BUCKETS 4096
+
+enum { W_STREAM, W_DONE };
+enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
+
+typedef struct waiter {
+	struct waiter *next;
+	int kind;
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	uint64_t off, end, sent, total;
+	wrk_done_fn done;
+	void *arg;
+} waiter;
+
+typedef struct fetch fetch;
+
+typedef struct job {
+	struct job *next;
+	int kind;
+	fetch *f;
+	wrk_ref ref;
+	/* direct and verify-read */
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	uint64_t off, end, total;
+	/* verify-ensure */
+	wrk_done_fn done;
+	void *arg;
+	int prio;
+	bool pin;
+} job;
+
+struct fetch {
+	struct fetch *hnext;
+	wrk_ref ref;
+	uint64_t len;
+	int prio;
+	bool running;
+	bool pin;
+	char *src_host;
+	uint16_t src_port;
+	job *queued; /* while in a queue */
+	int fd, dir;
+	char tmp[PATH_MAX];
+	uint64_t filled;
+	cis_checksum *cs;
+	int local_err; /* a write to the cache failed with this */
+	waiter *waiters;
+	uint64_t start_ns;
+};
+
+struct wrk_fx {
+	wrk *w;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	fetch *table[FX_BUCKETS];
+	uint64_t inflight;
+	job *q_head[2], *q_tail[2];
+	pthread_t *threads;
+	int nthreads;
+	bool stop;
+};
+
+static size_t fx_bucket(cis_block_id id)
+{
+	return (size_t)(id.lo ^ id.hi) % FX_BUCKETS;
+}
+
+static fetch *do_find(wrk_fx *fx, cis_block_id id)
+{
+	for (fetch *f = fx->table[fx_bucket(id)]; f; f = f->hnext)
+		if (cis_block_id_eq(f->ref.id, id))
+			return f;
+	return NULL;
+}
+
+static void do_remove(wrk_fx *fx, fetch *f)
+{
+	fetch **pp = &fx->table[fx_bucket(f->ref.id)];
+
+	for (; *pp; pp = &(*pp)->hnext)
+		if (*pp == f) {
+			*pp = f->hnext;
+			fx->inflight--;
+			return;
+		}
+}
+
+static void do_enqueue(wrk_fx *fx, job *j, int prio)
+{
+	j->next = NULL;
+	if (fx->q_tail[prio])
+		fx->q_tail[prio]->next = j;
+	else
+		fx->q_head[prio] = j;
+	fx->q_tail[prio] = j;
+	pthread_cond_signal(&fx->cv);
+}
+
+static void enqueue(wrk_fx *fx, job *j, int prio)
+{
+	pthread_mutex_lock(&fx->mu);
+	do_enqueue(fx, j, prio);
+	pthread_mutex_unlock(&fx->mu);
+}
+
+/* Move a queued low-priority fetch to the high queue. O(queue length). */
+static void do_upgrade(wrk_fx *fx, fetch *f)
+{
+	job **pp, *prev = NULL;
+
+	if (f->prio == WRK_PRIO_HIGH || !f->queued)
+		return;
+	for (pp = &fx->q_head[WRK_PRIO_LOW]; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == f->queued) {
+			job *j = *pp;
+
+			*pp = j->next;
+			if (fx->q_tail[WRK_PRIO_LOW] == j)
+				fx->q_tail[WRK_PRIO_LOW] = prev;
+			f->prio = WRK_PRIO_HIGH;
+			do_enqueue(fx, j, WRK_PRIO_HIGH);
+			return;
+		}
+}
+
+static void reply_msg(Cis__ReadBlockReply *r, uint64_t total, uint64_t off, bool cached)
+{
+	cis__read_block_reply__init(r);
+	r->total = total;
+	r->offset = off;
+	r->cached = cached;
+}
+
+/* Send [off, end) of the open block file fd, ending the reply. */
+static int send_file_range(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, int fd,
+                           uint64_t off, uint64_t end, uint64_t total, bool cached, bool last)
+{
+	Cis__ReadBlockReply r;
+	int rc = 0;
+
+	if (off == end && last) {
+		reply_msg(&r, total, off, cached);
+		return cis_rpc_reply(conn, hdr, &r.base, 0);
+	}
+	while (off < end) {
+		size_t n = end - off > WRK_STREAM_CHUNK ? WRK_STREAM_CHUNK : (size_t)(end - off);
+		uint8_t fl = (off + n < end || !last) ? CIS_FRAME_MORE : 0;
+
+		reply_msg(&r, total, off, cached);
+		rc = cis_rpc_reply_file(conn, hdr, &r.base, fd, (off_t)off, n, fl);
+		if (rc < 0)
+			break;
+		cis_counter_add(w->m.served_remote, n);
+		off += n;
+	}
+	return rc;
+}
+
+static waiter *new_stream_waiter(cis_rpc_conn *conn, const cis_frame_hdr *hdr, uint64_t off,
+                                 uint64_t end)
+{
+	waiter *wt = calloc(1, sizeof(*wt));
+
+	if (!wt)
+		return NULL;
+	wt->kind = W_STREAM;
+	wt->conn = conn;
+	cis_rpc_conn_ref(conn);
+	wt->hdr = *hdr;
+	wt->off = wt->sent = off;
+	wt->end = end;
+	wt->total = end - off;
+	return wt;
+}
+
+/* Send streaming waiters what the fetch now has. Caller holds fx->mu. */
+static void do_flush(wrk_fx *fx, fetch *f, bool final)
+{
+	waiter **pp = &f->waiters;
+
+	while (*pp) {
+		waiter *wt = *pp;
+		uint64_t avail;
+
+		if (wt->kind != W_STREAM) {
+			pp = &wt->next;
+			continue;
+		}
+		if (!cis_rpc_conn_open(wt->conn)) {
+			*pp = wt->next;
+			cis_rpc_conn_unref(wt->conn);
+			free(wt);
+			continue;
+		}
+		avail = f->filled < wt->end ? f->filled : wt->end;
+		if (avail > wt->sent &&
+		    (final || avail == wt->end || avail - wt->sent >= WRK_STREAM_MIN)) {
+			if (send_file_range(fx->w, wt->conn, &wt->hdr, f->fd, wt->sent, avail,
+			                    wt->total, false, avail == wt->end) < 0)
+				avail = wt->end; /* the connection broke: forget it */
+			wt->sent = avail;
+		}
+		if (wt->sent == wt->end) {
+			*pp = wt->next;
+			cis_rpc_conn_unref(wt->conn);
+			free(wt);
+			continue;
+		}
+		pp = &wt->next;
+	}
+}
+
+/* Create or join the fetch of ref. Caller holds fx->mu. NULL on ENOMEM. */
+static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *src,
+                           bool pin, bool *created)
+{
+	fetch *f = do_find(fx, ref->id);
+	job *j;
+
+	*created = false;
+	if (f) {
+		cis_counter_inc(fx->w->m.single_flight_joins);
+		if (prio == WRK_PRIO_HIGH)
+			do_upgrade(fx, f);
+		f->pin |= pin;
+		return f;
+	}
+	f = calloc(1, sizeof(*f));
+	j = calloc(1, sizeof(*j));
+	if (!f || !j || wrk_ref_copy(&f->ref, ref) < 0) {
+		free(f);
+		free(j);
+		return NULL;
+	}
+	f->len = wrk_ref_len(ref);
+	f->prio = prio;
+	f->pin = pin;
+	f->fd = -1;
+	f->dir = -1;
+	if (src && src->host && src->host[0] && src->rpc_port) {
+		f->src_host = strdup(src->host);
+		f->src_port = (uint16_t)src->rpc_port;
+	}
+	j->kind = J_FILL;
+	j->f = f;
+	f->queued = j;
+	f->hnext = fx->table[fx_bucket(ref->id)];
+	fx->table[fx_bucket(ref->id)] = f;
+	fx->inflight++;
+	do_enqueue(fx, j, prio);
+	*created = true;
+	return f;
+}
+
+static void queue_direct(wrk_fx *fx, const wrk_ref *ref, cis_rpc_conn *conn,
+                         const cis_frame_hdr *hdr, uint64_t off, uint64_t end, uint64_t total)
+{
+	job *j = calloc(1, sizeof(*j));
+
+	if (!j || wrk_ref_copy(&j->ref, ref) < 0) {
+		free(j);
+		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
+		return;
+	}
+	j->kind = J_DIRECT;
+	j->conn = conn;
+	cis_rpc_conn_ref(conn);
+	j->hdr = *hdr;
+	j->off = off;
+	j->end = end;
+	j->total = total;
+	enqueue(fx, j, WRK_PRIO_HIGH);
+}
+
+void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const wrk_ref *ref,
+                 uint64_t off, uint64_t len)
+{
+	wrk *w = fx->w;
+	uint64_t blen = wrk_ref_len(ref), end;
+	wrk_blk_info info;
+	fetch *f;
+	waiter *wt;
+	bool created;
+
+	if (off > blen) {
+		cis_rpc_reply_error(
+		    conn, hdr, -EINVAL,
+		    "read offset %" PRIu64 " past the end of a %" PRIu64 "-byte block", off, blen);
+		return;
+	}
+	end = (len == 0 || len > blen - off) ? blen : off + len;
+
+	if (wrk_bs_acquire(w->bs, ref->id, true, &info) == 0) {
+		int fd;
+		struct stat st;
+
+		if (!info.verified) {
+			job *j = calloc(1, sizeof(*j));
+
+			wrk_bs_release(w->bs, info.blk);
+			if (!j || wrk_ref_copy(&j->ref, ref) < 0) {
+				free(j);
+				cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
+				return;
+			}
+			j->kind = J_VERIFY_READ;
+			j->conn = conn;
+			cis_rpc_conn_ref(conn);
+			j->hdr = *hdr;
+			j->off = off;
+			j->end = len;
+			enqueue(fx, j, WRK_PRIO_HIGH);
+			return;
+		}
+		fd = open(info.path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == info.len) {
+			cis_counter_inc(w->m.hits);
+			send_file_range(w, conn, hdr, fd, off, end, end - off, true, true);
+			close(fd);
+			wrk_bs_release(w->bs, info.blk);
+			return;
+		}
+		/* Deleted or truncated behind our back: drop it, fetch again. */
+		cis_log_limited(CIS_LOG_WARN, "worker:block-file-bad", 10,
+		                "cached block file missing or truncated, fetching again",
+		                "path=%s err=\"%s\"", info.path,
+		                fd < 0 ? strerror(errno) : "wrong size");
+		if (fd >= 0)
+			close(fd);
+		wrk_bs_release(w->bs, info.blk);
+		wrk_bs_drop(w->bs, ref->id, "file missing or truncated");
+	}
+
+	cis_counter_inc(w->m.misses);
+	wt = new_stream_waiter(conn, hdr, off, end);
+	if (!wt) {
+		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
+		return;
+	}
+	pthread_mutex_lock(&fx->mu);
+	f = do_get_fetch(fx, ref, WRK_PRIO_HIGH, NULL, false, &created);
+	if (!f) {
+		pthread_mutex_unlock(&fx->mu);
+		cis_rpc_conn_unref(wt->conn);
+		free(wt);
+		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
+		return;
+	}
+	wt->next = f->waiters;
+	f->waiters = wt;
+	if (f->fd >= 0 && f->filled > off)
+		do_flush(fx, f, true);
+	pthread_mutex_unlock(&fx->mu);
+}
+
+bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
+                   bool pin, wrk_done_fn done, void *arg)
+{
+	wrk_blk_info info;
+	waiter *wt;
+	fetch *f;
+	bool created;
+
+	if (wrk_bs_acquire(fx->w->bs, ref->id, false, &info) == 0) {
+		bool ok = info.verified;
+
+		wrk_bs_release(fx->w->bs, info.blk);
+		if (ok) {
+			if (pin)
+				wrk_bs_pin(fx->w->bs, ref->id, true);
+			return true;
+		}
+		job *j = calloc(1, sizeof(*j));
+
+		if (!j || wrk_ref_copy(&j->ref, ref) < 0) {
+			free(j);
+			done(arg, -ENOMEM, false, NULL);
+			return false;
+		}
+		j->kind = J_VERIFY_ENSURE;
+		j->done = done;
+		j->arg = arg;
+		j->prio = prio;
+		j->pin = pin;
+		enqueue(fx, j, prio);
+		return false;
+	}
+	wt = calloc(1, sizeof(*wt));
+	if (!wt) {
+		done(arg, -ENOMEM, false, NULL);
+		return false;
+	}
+	wt->kind = W_DONE;
+	wt->done = done;
+	wt->arg = arg;
+	pthread_mutex_lock(&fx->mu);
+	f = do_get_fetch(fx, ref, prio, source, pin, &created);
+	if (!f) {
+		pthread_mutex_unlock(&fx->mu);
+		free(wt);
+		done(arg, -ENOMEM, false, NULL);
+		return false;
+	}
+	wt->next = f->waiters;
+	f->waiters = wt;
+	pthread_mutex_unlock(&fx->mu);
+	return false;
+}
+
+uint64_t wrk_fx_inflight(wrk_fx *fx)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&fx->mu);
+	n = fx->inflight;
+	pthread_mutex_unlock(&fx->mu);
+	return n;
+}
+
+/* ---- the fill job ---- */
+
+typedef struct fill_ctx {
+	wrk_fx *fx;
+	fetch *f;
+} fill_ctx;
+
+static int fill_write(void *arg, const void *data, size_t len)
+{
+	fill_ctx *c = arg;
+	fetch *f = c->f;
+	const char *p = data;
+	size_t left = len;
+	uint64_t at;
+
+	if (f->filled + len > f->len)
+		return -CIS_E_STORE; /* the store sent more than the block holds */
+	at = f->filled;
+	while (left) {
+		ssize_t n = pwrite(f->fd, p, left, (off_t)at);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			f->local_err = n < 0 ? errno : ENOSPC;
+			return -f->local_err;
+		}
+		p += n;
+		left -= (size_t)n;
+		at += (uint64_t)n;
+	}
+	cis_checksum_update(f->cs, data, len);
+	pthread_mutex_lock(&c->fx->mu);
+	f->filled += len;
+	do_flush(c->fx, f, false);
+	pthread_mutex_unlock(&c->fx->mu);
+	return 0;
+}
+
+typedef struct peer_ctx {
+	fill_ctx *fc;
+	int rc;
+} peer_ctx;
+
+static int peer_frame(void *arg, const cis_frame_hdr *hdr, const uint8_t *msg, const uint8_t *data)
+{
+	peer_ctx *pc = arg;
+	Cis__ReadBlockReply *r = NULL;
+	int rc;
+
+	if (hdr->flags & CIS_FRAME_ERROR)
+		return -CIS_E_STORE;
+	if (cis_msg_unpack(&cis__read_block_reply__descriptor, msg, hdr->msg_len,
+	                   (ProtobufCMessage **)&r) < 0)
+		return -CIS_E_PROTO;
+	rc = r->offset == pc->fc->f->filled ? 0 : -CIS_E_PROTO;
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	if (rc == 0 && hdr->data_len)
+		rc = fill_write(pc->fc, data, hdr->data_len);
+	pc->rc = rc;
+	return rc;
+}
+
+/* Copy the block from a peer worker over its RPC. */
+static int fill_from_peer(wrk *w, fill_ctx *fc, cis_errmsg *em)
+{
+	fetch *f = fc->f;
+	cis_rpc_client_opts o = {.host = f->src_host,
+	                         .port = f->src_port,
+	                         .name = "cistern-worker",
+	                         .connect_timeout_ms = 2000,
+	                         .call_timeout_ms = 60000};
+	cis_rpc_client *cl;
+	Cis__ReadBlockRequest req = CIS__READ_BLOCK_REQUEST__INIT;
+	Cis__BlockRef br;
+	uint8_t idb[16];
+	peer_ctx pc = {fc, 0};
+	int rc;
+
+	(void)w;
+	rc = cis_rpc_client_new(&o, &cl);
+	if (rc < 0)
+		return cis_fail(em, rc, "peer %s:%u: %s", f->src_host, f->src_port,
+		                cis_strerror(rc));
+	wrk_ref_to_proto(&f->ref, &br, idb);
+	req.block = &br;
+	rc = cis_rpc_call_stream(cl, CIS_MSG_WORKER_READ_BLOCK, &req.base, peer_frame, &pc, 0, em);
+	cis_rpc_client_free(cl);
+	if (rc == 0 && f->filled != f->len)
+		rc = cis_fail(em, -CIS_E_PROTO, "peer %s:%u sent %" PRIu64 " of %" PRIu64 " bytes",
+		              f->src_host, f->src_port, f->filled, f->len);
+	if (rc == 0)
+		cis_counter_add(w->m.peer_bytes, f->len);
+	return rc;
+}
+
+static bool is_local_err(int e)
+{
+	return e == ENOSPC || e == EROFS || e == EIO || e == ENOENT || e == EACCES || e == EDQUOT ||
+	       e == EPERM || e == ESTALE || e == ENOTDIR;
+}
+
+static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *em)
+{
+	wrk *w = fx->w;
+	waiter *list, *wt, *next;
+
+	pthread_mutex_lock(&fx->mu);
+	if (rc == 0)
+		do_flush(fx, f, true);
+	do_remove(fx, f);
+	list = f->waiters;
+	f->waiters = NULL;
+	pthread_mutex_unlock(&fx->mu);
+	if (f->fd >= 0)
+		close(f->fd);
+	cis_histogram_observe(w->m.fetch_seconds, (double)(cis_mono_ns() - f->start_ns) / 1e9);
+	for (wt = list; wt; wt = next) {
+		next = wt->next;
+		if (wt->kind == W_STREAM) {
+			if (rc == 0 && wt->sent < wt->end)
+				rc = -CIS_E_INTERNAL; /* cannot happen: flushed above */
+			if (rc < 0 && local && cis_rpc_conn_open(wt->conn))
+				queue_direct(fx, &f->ref, wt->conn, &wt->hdr, wt->sent, wt->end,
+				             wt->total);
+			else if (rc < 0)
+				cis_rpc_reply_error(wt->conn, &wt->hdr, rc, "%s",
+				                    cis_errmsg_or(em, rc));
+			cis_rpc_conn_unref(wt->conn);
+		} else {
+			wt->done(wt->arg, rc, local, em);
+		}
+		free(wt);
+	}
+	wrk_ref_free(&f->ref);
+	free(f->src_host);
+	cis_checksum_free(f->cs);
+	free(f);
+}
+
+static void run_fill(wrk_fx *fx, fetch *f)
+{
+	wrk *w = fx->w;
+	fill_ctx fc = {fx, f};
+	cis_errmsg em = {{0}};
+	cis_ufs *ufs = NULL;
+	uint64_t got = 0;
+	int rc, tries;
+	bool local = false;
+	char hex[CIS_BLOCK_ID_HEX];
+
+	f->start_ns = cis_mono_ns();
+	cis_block_id_fmt(f->ref.id, hex);
+	f->cs = cis_checksum_new();
+	if (!f->cs) {
+		finish(fx, f, -ENOMEM, false, NULL);
+		return;
+	}
+	if (!f->src_host) {
+		rc = wrk_link_ufs(w->link, f->ref.mount_id, &ufs, &em);
+		if (rc < 0) {
+			cis_counter_inc(w->m.store_errors);
+			finish(fx, f, rc, false, &em);
+			return;
+		}
+	}
+	/* Room and a temporary file, in the dir with the most free space;
+	 * a dir that fails is skipped for the next. */
+	for (tries = 0, rc = -ENOSPC; tries < WRK_MAX_DIRS; tries++) {
+		int fd;
+
+		rc = wrk_bs_reserve(w->bs, f->len, &f->dir);
+		if (rc < 0)
+			break;
+		fd = wrk_bs_create_tmp(w->bs, f->dir, f->ref.id, f->tmp, sizeof(f->tmp));
+		if (fd >= 0) {
+			pthread_mutex_lock(&fx->mu);
+			f->fd = fd;
+			pthread_mutex_unlock(&fx->mu);
+			break;
+		}
+		wrk_bs_unreserve(w->bs, f->dir, f->len);
+		rc = fd;
+		f->dir = -1;
+	}
+	if (f->fd < 0) {
+		cis_log_limited(CIS_LOG_WARN, "worker:nocache", 60,
+		                "no cache room for a block, serving it from the store uncached",
+		                "block=%s err=\"%s\"", hex, cis_strerror(rc));
+		cis_fail(&em, rc, "cache: %s", cis_strerror(rc));
+		finish(fx, f, rc, true, &em);
+		return;
+	}
+
+	if (f->src_host) {
+		rc = fill_from_peer(w, &fc, &em);
+		if (rc < 0 && !f->local_err) {
+			cis_log_limited(CIS_LOG_WARN, "worker:peer", 30,
+			                "copy from peer failed, fetching from the store",
+			                "block=%s err=\"%s\"", hex, cis_errmsg_or(&em, rc));
+			pthread_mutex_lock(&fx->mu);
+			f->filled = 0; /* the same bytes will be written again */
+			pthread_mutex_unlock(&fx->mu);
+			cis_checksum_reset(f->cs);
+			em.text[0] = 0;
+			free(f->src_host);
+			f->src_host = NULL;
+			rc = wrk_link_ufs(w->link, f->ref.mount_id, &ufs, &em);
+		}
+	} else {
+		rc = 0;
+	}
+	if (rc == 0 && !f->src_host) {
+		cis_counter_inc(w->m.store_reads);
+		rc = cis_ufs_read(ufs, f->ref.key, f->ref.version, f->ref.index * f->ref.block_size,
+		                  f->len, fill_write, &fc, &got, &em);
+		cis_counter_add(w->m.store_bytes, got);
+		if (rc == 0 && f->filled != f->len)
+			rc = cis_fail(&em, -CIS_E_CHANGED,
+			              "%s: short read (%" PRIu64 " of %" PRIu64
+			              " bytes): the object changed",
+			              f->ref.key, f->filled, f->len);
+	}
+	if (f->local_err) {
+		rc = -f->local_err;
+		local = true;
+		wrk_bs_dir_error(w->bs, f->dir, rc, "write");
+		cis_fail(&em, rc, "cache write: %s", cis_strerror(rc));
+	} else if (rc < 0) {
+		cis_counter_inc(w->m.store_errors);
+		cis_log_limited(CIS_LOG_WARN, "worker:fetch", 10, "block fetch failed",
+		                "block=%s key=%s err=\"%s\"", hex, f->ref.key,
+		                cis_errmsg_or(&em, rc));
+	}
+	if (rc < 0) {
+		unlink(f->tmp);
+		wrk_bs_unreserve(w->bs, f->dir, f->len);
+		finish(fx, f, rc, local, &em);
+		return;
+	}
+	/* Every streaming waiter gets its last bytes before the rename. */
+	pthread_mutex_lock(&fx->mu);
+	do_flush(fx, f, true);
+	pthread_mutex_unlock(&fx->mu);
+	rc = wrk_bs_commit(w->bs, f->dir, f->ref.id, f->len, cis_checksum_digest(f->cs), f->tmp,
+	                   f->pin);
+	if (rc < 0) {
+		cis_fail(&em, rc, "cache commit: %s", cis_strerror(rc));
+		local = is_local_err(-rc);
+	}
+	finish(fx, f, rc, local, &em);
+}
+
+/* ---- direct (uncached) reads ---- */
+
+typedef struct direct_ctx {
+	wrk *w;
+	job *j;
+	uint64_t pos; /* block offset of buf[0] */
+	char *buf;
+	size_t n;
+} direct_ctx;
+
+static int direct_flush(direct_ctx *d, bool last)
+{
+	Cis__ReadBlockReply r;
+	int rc;
+
+	reply_msg(&r, d->j->total, d->pos, false);
+	rc = cis_rpc_reply_data(d->j->conn, &d->j->hdr, &r.base, d->buf, d->n,
+	                        last ? 0 : CIS_FRAME_MORE);
+	cis_counter_add(d->w->m.served_remote, d->n);
+	d->pos += d->n;
+	d->n = 0;
+	if (rc < 0 || !cis_rpc_conn_open(d->j->conn))
+		return -CIS_E_CLOSED;
+	return 0;
+}
+
+static int direct_sink(void *arg, const void *data, size_t len)
+{
+	direct_ctx *d = arg;
+	const char *p = data;
+
+	while (len) {
+		size_t room = (1u << 20) - d->n, k = len < room ? len : room;
+		int rc;
+
+		memcpy(d->buf + d->n, p, k);
+		d->n += k;
+		p += k;
+		len -= k;
+		if (d->n == (1u << 20) && d->pos + d->n < d->j->end) {
+			rc = direct_flush(d, false);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static void run_direct(wrk_fx *fx, job *j)
+{
+	wrk *w = fx->w;
+	direct_ctx d = {w, j, j->off, NULL, 0};
+	cis_errmsg em = {{0}};
+	cis_ufs *ufs;
+	uint64_t got = 0;
+	int rc;
+
+	cis_counter_inc(w->m.direct_reads);
+	d.buf = malloc(1u << 20);
+	if (!d.buf) {
+		cis_rpc_reply_error(j->conn, &j->hdr, -ENOMEM, "worker out of memory");
+		return;
+	}
+	rc = wrk_link_ufs(w->link, j->ref.mount_id, &ufs, &em);
+	if (rc == 0) {
+		cis_counter_inc(w->m.store_reads);
+		rc = cis_ufs_read(ufs, j->ref.key, j->ref.version,
+		                  j->ref.index * j->ref.block_size + j->off, j->end - j->off,
+		                  direct_sink, &d, &got, &em);
+		cis_counter_add(w->m.store_bytes, got);
+	}
+	if (rc == 0 && d.pos + d.n != j->end)
+		rc =
+		    cis_fail(&em, -CIS_E_CHANGED, "%s: short read: the object changed", j->ref.key);
+	if (rc == 0)
+		direct_flush(&d, true);
+	else if (rc != -CIS_E_CLOSED) {
+		cis_counter_inc(w->m.store_errors);
+		cis_rpc_reply_error(j->conn, &j->hdr, rc, "%s", cis_errmsg_or(&em, rc));
+	}
+	free(d.buf);
+}
+
+/* ---- threads ---- */
+
+static void run_job(wrk_fx *fx, job *j)
+{
+	wrk *w = fx->w;
+	int rc;
+
+	switch (j->kind) {
+	case J_FILL:
+		run_fill(fx, j->f);
+		break;
+	case J_DIRECT:
+		run_direct(fx, j);
+		break;
+	case J_VERIFY_READ:
+		rc = wrk_bs_verify(w->bs, j->ref.id);
+		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
+			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
+		/* Now verified (a hit) or gone (a miss). */
+		wrk_fx_read(fx, j->conn, &j->hdr, &j->ref, j->off, j->end);
+		break;
+	case J_VERIFY_ENSURE:
+		rc = wrk_bs_verify(w->bs, j->ref.id);
+		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
+			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
+		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->pin, j->done, j->arg))
+			j->done(j->arg, 0, false, NULL);
+		break;
+	}
+	if (j->conn)
+		cis_rpc_conn_unref(j->conn);
+	wrk_ref_free(&j->ref);
+	free(j);
+}
+
+static void *fx_thread(void *arg)
+{
+	wrk_fx *fx = arg;
+
+	for (;;) {
+		job *j = NULL;
+
+		pthread_mutex_lock(&fx->mu);
+		while (!fx->stop && !fx->q_head[0] && !fx->q_head[1])
+			pthread_cond_wait(&fx->cv, &fx->mu);
+		if (fx->stop) {
+			pthread_mutex_unlock(&fx->mu);
+			break;
+		}
+		for (int p = 0; p < 2 && !j; p++)
+			if (fx->q_head[p]) {
+				j = fx->q_head[p];
+				fx->q_head[p] = j->next;
+				if (!fx->q_head[p])
+					fx->q_tail[p] = NULL;
+			}
+		if (j->kind == J_FILL) {
+			j->f->queued = NULL;
+			j->f->running = true;
+		}
+		pthread_mutex_unlock(&fx->mu);
+		run_job(fx, j);
+	}
+	return NULL;
+}
+
+int wrk_fx_start(wrk *w, int threads, wrk_fx **out)
+{
+	wrk_fx *fx = calloc(1, sizeof(*fx));
+
+	if (!fx)
+		return -ENOMEM;
+	fx->w = w;
+	pthread_mutex_init(&fx->mu, NULL);
+	pthread_cond_init(&fx->cv, NULL);
+	fx->threads = calloc((size_t)threads, sizeof(*fx->threads));
+	if (!fx->threads) {
+		free(fx);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < threads; i++) {
+		if (pthread_create(&fx->threads[i], NULL, fx_thread, fx) != 0)
+			break;
+		fx->nthreads++;
+	}
+	if (fx->nthreads == 0) {
+		free(fx->threads);
+		free(fx);
+		return -EAGAIN;
+	}
+	*out = fx;
+	return 0;
+}
+
+void wrk_fx_stop(wrk_fx *fx)
+{
+	if (!fx)
+		return;
+	pthread_mutex_lock(&fx->mu);
+	fx->stop = true;
+	pthread_cond_broadcast(&fx->cv);
+	pthread_mutex_unlock(&fx->mu);
+	for (int i = 0; i < fx->nthreads; i++)
+		pthread_join(fx->threads[i], NULL);
+	/* Queued jobs and their waiters are abandoned: the process is ending. */
+	free(fx->threads);
+}

@@ -1,0 +1,253 @@
+/* cistern-worker internals: the modules of the block cache and how they
+ * share one worker context.
+ *
+ *   blockstore.c  cache dirs, block files (temp + rename), LMDB index,
+ *                 reconcile on start, space reservation and eviction
+ *   slru.c        the segmented LRU each dir evicts by (scan resistant)
+ *   fetch.c       single-flight fetches from the store (or a peer), a pool of
+ *                 fetch threads with two priorities, streaming to waiters
+ *   serve.c       RPC handlers (TCP and Unix socket)
+ *   local.c       leases of the short-circuit fds
+ *   master_link.c register, heartbeats, block reports, GetMount cache
+ *   scrub.c       background checksum verification
+ *   ref.c         block references: validation, lengths, proto conversion
+ *
+ * Lock order: fetch table lock, then blockstore lock, then the link's
+ * report lock and the lease lock (leaves). No lock is held across a store
+ * read or an RPC to the master. */
+#ifndef CISTERN_WORKER_WORKER_H
+#define CISTERN_WORKER_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cistern/error.h"
+#include "cistern/hash.h"
+#include "cistern/metrics.h"
+#include "cistern/rpc.h"
+#include "cistern/ufs.h"
+#include "cistern/proto/common.pb-c.h"
+#include "cistern/proto/worker.pb-c.h"
+
+#define WRK_MAX_DIRS       32
+#define WRK_MAX_BLOCK_SIZE (1ull << 30) /* largest block size accepted */
+#define WRK_MAX_KEY        4096
+#define WRK_STREAM_CHUNK   (4u << 20)   /* data per reply frame */
+#define WRK_STREAM_MIN     (256u << 10) /* send a streamed frame once this much is in */
+#define WRK_MAX_BATCH      65536        /* blocks per Prefetch/Load/Free/Pin request */
+#define WRK_DEFAULT_LEASE  30000
+#define WRK_MAX_LEASE      600000
+#define WRK_MAX_LEASES     65536
+
+typedef struct wrk wrk;
+typedef struct wrk_bs wrk_bs;
+typedef struct wrk_fx wrk_fx;
+typedef struct wrk_leases wrk_leases;
+typedef struct wrk_link wrk_link;
+
+/* ---- ref.c ---- */
+
+/* A block reference with its strings owned. */
+typedef struct wrk_ref {
+	cis_block_id id;
+	uint64_t mount_id;
+	char *key;
+	char *version;
+	uint64_t index;
+	uint64_t block_size;
+	uint64_t file_size;
+} wrk_ref;
+
+/* Validate p (id matches the hash of its fields, sizes sane) and copy it.
+ * 0 or -EINVAL / -ENOMEM with em saying what is wrong. r is the caller's
+ * (wrk_ref_free) on success only. */
+int wrk_ref_from_proto(wrk_ref *r, const Cis__BlockRef *p, cis_errmsg *em);
+int wrk_ref_copy(wrk_ref *dst, const wrk_ref *src);
+void wrk_ref_free(wrk_ref *r);
+/* Bytes in the block: min(block_size, file_size - index * block_size). */
+uint64_t wrk_ref_len(const wrk_ref *r);
+/* Fill p from r; p borrows r's strings and idbuf. */
+void wrk_ref_to_proto(const wrk_ref *r, Cis__BlockRef *p, uint8_t idbuf[16]);
+void wrk_id_to_bytes(cis_block_id id, uint8_t out[16]);
+/* 0 or -EINVAL unless b is 16 bytes. */
+int wrk_id_from_bytes(const ProtobufCBinaryData *b, cis_block_id *out);
+
+/* ---- metrics ---- */
+
+typedef struct wrk_metrics {
+	cis_counter *hits, *misses;
+	cis_counter *served_remote, *served_local;
+	cis_counter *store_bytes, *store_reads, *store_errors;
+	cis_counter *peer_bytes;
+	cis_histogram *fetch_seconds;
+	cis_counter *evictions, *evicted_bytes;
+	cis_counter *checksum_failures, *scrubbed;
+	cis_counter *disk_errors, *direct_reads, *bad_requests;
+	cis_counter *single_flight_joins;
+} wrk_metrics;
+
+/* ---- the worker ---- */
+
+struct wrk {
+	/* frozen configuration */
+	const char *state_dir;
+	const char *socket_path;
+	const char *advertise_host;
+	char hostname[256];
+	const char *master; /* "host:port" or NULL */
+	uint16_t rpc_port, http_port;
+	int fetch_threads;
+	uint64_t scrub_interval_ms;
+	uint64_t scrub_pause_ms;
+
+	wrk_bs *bs;
+	wrk_fx *fx;
+	wrk_leases *leases;
+	wrk_link *link;
+	cis_metrics *metrics;
+	wrk_metrics m;
+	atomic_bool stopping;
+	atomic_uint_fast64_t worker_id;
+};
+
+/* ---- blockstore.c ---- */
+
+typedef struct wrk_dir_cfg {
+	const char *path;
+	uint64_t capacity;
+} wrk_dir_cfg;
+
+typedef struct wrk_bs_opts {
+	const wrk_dir_cfg *dirs;
+	int ndirs;
+	const char *state_dir;
+	double high, low;      /* watermarks, fractions of capacity */
+	double protected_frac; /* share of a dir the SLRU's protected segment may hold */
+} wrk_bs_opts;
+
+/* What a caller learns about a cached block. */
+typedef struct wrk_block wrk_block;
+
+typedef struct wrk_blk_info {
+	wrk_block *blk; /* the handle to release */
+	int dir;
+	uint64_t len;
+	uint64_t sum;
+	bool verified;
+	bool pinned;
+	char path[4096];
+} wrk_blk_info;
+
+/* Open the index, reconcile it with the files (see blockstore.c). */
+int wrk_bs_open(wrk *w, const wrk_bs_opts *opts, wrk_bs **out, cis_errmsg *em);
+void wrk_bs_close(wrk_bs *bs);
+
+/* Take a reference on a cached block (no eviction while held). touch: count
+ * it as an access for the eviction policy. 0 or -ENOENT. Release the
+ * handle info->blk, even if the block was dropped meanwhile. */
+int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info);
+void wrk_bs_release(wrk_bs *bs, wrk_block *b);
+bool wrk_bs_has(wrk_bs *bs, cis_block_id id);
+
+/* Reserve len bytes in the writable dir with the most free space, evicting
+ * down to the low watermark as needed. 0 with *dir set, or -ENOSPC. */
+int wrk_bs_reserve(wrk_bs *bs, uint64_t len, int *dir);
+void wrk_bs_unreserve(wrk_bs *bs, int dir, uint64_t len);
+/* Create the temporary file for id in dir: an fd open for writing and its
+ * path (PATH_MAX). Local failures mark the dir unwritable. */
+int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size_t n);
+/* The reserved block is complete: rename tmp into place and index it
+ * (verified). The reservation becomes the block's space. */
+int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
+                  const char *tmp_path, bool pin);
+/* Drop a block (file and index) now; one in use stays readable through the
+ * fds already open. 0, -EBUSY (dropped, was in use) or -ENOENT. */
+int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);
+/* Read the block's file and compare its checksum. 0 (now verified),
+ * -CIS_E_CHECKSUM or -ENOENT (both: dropped), or another local error. */
+int wrk_bs_verify(wrk_bs *bs, cis_block_id id);
+/* 0, -ENOENT. */
+int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin);
+/* Note a local I/O failure on dir (ENOSPC, EROFS, EIO, ENOENT of the dir). */
+void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what);
+/* Re-probe unwritable dirs; called periodically. */
+void wrk_bs_probe_dirs(wrk_bs *bs);
+/* Every block id, for a full report. *ids is the caller's (free). */
+int wrk_bs_list(wrk_bs *bs, cis_block_id **ids, size_t *n);
+/* The id after `after` in index order (for the scrubber); -ENOENT at end. */
+int wrk_bs_next(wrk_bs *bs, const cis_block_id *after, cis_block_id *out);
+int wrk_bs_ndirs(const wrk_bs *bs);
+/* Usage of dir i. */
+void wrk_bs_dir_usage(wrk_bs *bs, int i, Cis__DirUsage *u);
+uint64_t wrk_bs_nblocks(wrk_bs *bs);
+/* Persisted worker id; 0 if none. */
+uint64_t wrk_bs_load_worker_id(wrk_bs *bs);
+int wrk_bs_save_worker_id(wrk_bs *bs, uint64_t id);
+
+/* ---- fetch.c ---- */
+
+enum wrk_prio { WRK_PRIO_HIGH, WRK_PRIO_LOW };
+
+/* Called once when a fetch a caller waits on is over: rc 0 (the block is
+ * cached) or negative; local says the failure was the cache's (disk), not
+ * the store's. From a fetch thread. */
+typedef void (*wrk_done_fn)(void *arg, int rc, bool local, const cis_errmsg *em);
+
+int wrk_fx_start(wrk *w, int threads, wrk_fx **out);
+void wrk_fx_stop(wrk_fx *fx);
+/* Stream bytes [off, off+len) of the block to a remote reader: from the
+ * cache when the block is there, else by joining (or starting) its fetch.
+ * Replies on conn (reference taken) and never blocks on the store. */
+void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const wrk_ref *ref,
+                 uint64_t off, uint64_t len);
+/* Make sure the block is cached (and verified), then call done. Fetches at
+ * prio; source (may be NULL) is a peer to copy from first. Returns true if
+ * the block was already cached and verified (done is not called). */
+bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
+                   bool pin, wrk_done_fn done, void *arg);
+uint64_t wrk_fx_inflight(wrk_fx *fx);
+
+/* ---- local.c ---- */
+
+int wrk_leases_new(wrk *w, wrk_leases **out);
+void wrk_leases_free(wrk_leases *l);
+/* A lease on a block the caller holds a reference on (it passes to the
+ * lease). 0 or -EBUSY when there are too many. */
+int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, uint64_t *lease_id,
+                  uint64_t *granted_ms);
+int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms);
+int wrk_lease_release(wrk_leases *l, uint64_t lease_id);
+/* Drop expired leases (releasing their references). */
+void wrk_leases_expire(wrk_leases *l);
+uint64_t wrk_leases_count(wrk_leases *l);
+
+/* ---- serve.c ---- */
+
+void wrk_serve_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
+                       struct evbuffer *data);
+
+/* ---- master_link.c ---- */
+
+typedef struct wrk_static_mount {
+	uint64_t id;
+	const char *uri;
+} wrk_static_mount;
+
+int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link **out,
+                   cis_errmsg *em);
+void wrk_link_stop(wrk_link *l);
+/* The connector for a mount (GetMount from the master on first use). The
+ * handle lives until wrk_link_stop. */
+int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, cis_errmsg *em);
+/* Queue an incremental report entry. Any thread, any lock held. */
+void wrk_link_note(wrk_link *l, cis_block_id id, bool added);
+bool wrk_link_ready(wrk_link *l);
+
+/* ---- scrub.c ---- */
+
+/* Verify one block after `cursor` (advanced); false when a pass ended. */
+bool wrk_scrub_step(wrk *w, cis_block_id *cursor, bool *started);
+
+#endif
