@@ -50,8 +50,7 @@
 #include "cistern/http.h"
 #include "cistern/time.h"
 
-/* Declared here until cli/ has a shared header for its commands. */
-int cli_cmd_local(int argc, char **argv);
+#include "cli.h"
 
 #define LOCAL_STOP_TIMEOUT_MS 15000
 #define LOCAL_LINE_MAX        (3 * PATH_MAX + 1024) /* the ready or error line */
@@ -636,7 +635,16 @@ static int mount_root(local_stack *s, cis_errmsg *em)
 		}
 		memcpy(key, kvs[i], klen);
 		key[klen] = 0;
-		json_object_set_new(opts, key, json_string(eq + 1));
+		/* The mount's own fields; everything else is a store option. */
+		if (strcmp(key, "read_only") == 0)
+			json_object_set_new(req, key,
+			                    json_boolean(strcmp(eq + 1, "true") == 0 ||
+			                                 strcmp(eq + 1, "1") == 0 ||
+			                                 strcmp(eq + 1, "yes") == 0));
+		else if (strcmp(key, "block_size") == 0 || strcmp(key, "sync_interval") == 0)
+			json_object_set_new(req, key, json_string(eq + 1));
+		else
+			json_object_set_new(opts, key, json_string(eq + 1));
 	}
 	json_object_set_new(req, "path", json_string("/"));
 	json_object_set_new(req, "uri", json_string(s->uri));
@@ -686,11 +694,16 @@ static int mount_root(local_stack *s, cis_errmsg *em)
 	{
 		const char *msg = json_string_value(json_object_get(reply, "error"));
 
-		rc = cis_fail(em, status == 404 ? -ENOENT : -CIS_E_STORE, "mount %s: %s", s->uri,
-		              msg ? msg : "refused by the master");
-		if (!msg)
-			snprintf(em->text + strlen(em->text), sizeof(em->text) - strlen(em->text),
-			         " (HTTP %ld)", status);
+		int code = status == 404 ? -ENOENT : -CIS_E_STORE;
+
+		/* The master's message usually names the store already. */
+		if (msg && strstr(msg, s->uri))
+			rc = cis_fail(em, code, "mount refused: %s", msg);
+		else if (msg)
+			rc = cis_fail(em, code, "mount %s: %s", s->uri, msg);
+		else
+			rc = cis_fail(em, code, "mount %s: refused by the master (HTTP %ld)",
+			              s->uri, status);
 		goto out_req;
 	}
 out_ok:
@@ -1139,7 +1152,7 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	return 0;
 }
 
-int cli_cmd_local(int argc, char **argv)
+int cmd_local(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg = NULL;
 	cis_errmsg em = {{0}};
@@ -1147,6 +1160,7 @@ int cli_cmd_local(int argc, char **argv)
 	int rc, lock_fd = -1, pipefd[2];
 	bool fg;
 
+	(void)c; /* the stack has its own master; --api is not used */
 	memset(&s, 0, sizeof(s));
 	s.master.name = "cistern-master";
 	s.worker.name = "cistern-worker";

@@ -1,0 +1,157 @@
+/* cistern ls / stat. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cis_opt ls_opts[] = {
+    {"long", NULL, NULL, "long format: type, mode, size, time", false, 'l'},
+    {"recursive", NULL, NULL, "list directories below too", false, 'R'},
+    {"json", NULL, NULL, "print JSON (one document per directory)", false, 0},
+    CIS_OPT_END,
+};
+
+static void print_entry(const json_t *e, bool lng)
+{
+	const char *name = json_string_value(json_object_get(e, "name"));
+	bool dir = !strcmp(json_string_value(json_object_get(e, "type")), "dir");
+	if (!lng) {
+		printf("%s%s\n", name, dir ? "/" : "");
+		return;
+	}
+	char sz[32], tm[32];
+	cis_fmt_size((uint64_t)json_integer_value(json_object_get(e, "size")), sz, sizeof(sz));
+	cli_fmt_time(json_integer_value(json_object_get(e, "mtime_ns")), tm, sizeof(tm));
+	printf("%c%04llo %10s  %s  %s%s\n", dir ? 'd' : '-',
+	       (unsigned long long)json_integer_value(json_object_get(e, "mode")), dir ? "-" : sz,
+	       tm, name, json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
+}
+
+/* List one directory (all pages); push subdirectories when recursive. */
+static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, bool header)
+{
+	uint64_t cookie = 0;
+	bool eof = false;
+	char what[4200], extra[64];
+	snprintf(what, sizeof(what), "ls %s", path);
+	char **subs = NULL;
+	size_t nsubs = 0;
+	int rc = 0;
+	if (header)
+		printf("\n%s:\n", path);
+	while (!eof) {
+		json_t *out;
+		snprintf(extra, sizeof(extra), "limit=1000&cookie=%" PRIu64, cookie);
+		rc = cli_api(c, "GET", "/api/v1/ls", path, extra, NULL, &out, what);
+		if (rc)
+			break;
+		if (js)
+			cli_print_json(out);
+		size_t i;
+		json_t *e;
+		json_array_foreach(json_object_get(out, "entries"), i, e)
+		{
+			if (!js)
+				print_entry(e, lng);
+			if (rec && !strcmp(json_string_value(json_object_get(e, "type")), "dir")) {
+				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
+				if (ns) {
+					subs = ns;
+					subs[nsubs++] =
+					    strdup(json_string_value(json_object_get(e, "path")));
+				}
+			}
+		}
+		eof = json_is_true(json_object_get(out, "eof"));
+		cookie = (uint64_t)json_integer_value(json_object_get(out, "next_cookie"));
+		json_decref(out);
+	}
+	for (size_t i = 0; i < nsubs; i++) {
+		if (!rc && subs[i])
+			rc = ls_one(c, subs[i], lng, rec, js, !js);
+		free(subs[i]);
+	}
+	free(subs);
+	return rc;
+}
+
+int cmd_ls(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	int rc = cli_parse(ls_opts, "cistern ls [-l] [-R] [--json] PATH", argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	char *path = strdup(cis_config_npos(cfg) ? cis_config_pos(cfg, 0) : "/");
+	cli_trim_path(path);
+	rc = ls_one(c, path, cis_config_bool(cfg, "long"), cis_config_bool(cfg, "recursive"),
+	            cis_config_bool(cfg, "json"), false);
+	free(path);
+	cis_config_free(cfg);
+	return rc;
+}
+
+static const cis_opt stat_opts[] = {
+    {"json", NULL, NULL, "print JSON", false, 0},
+    CIS_OPT_END,
+};
+
+int cmd_stat(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	int rc = cli_parse(stat_opts, "cistern stat [--json] PATH", argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	if (cis_config_npos(cfg) != 1) {
+		fprintf(stderr, "cistern: stat: need PATH\n");
+		cis_config_free(cfg);
+		return 2;
+	}
+	char *path = strdup(cis_config_pos(cfg, 0));
+	char what[4200];
+	cli_trim_path(path);
+	snprintf(what, sizeof(what), "stat %s", path);
+	json_t *o;
+	rc = cli_api(c, "GET", "/api/v1/stat", path, NULL, NULL, &o, what);
+	if (!rc) {
+		if (cis_config_bool(cfg, "json")) {
+			cli_print_json(o);
+		} else {
+			char sz[32], tm[32];
+			json_t *mt = json_object_get(o, "mount");
+			cis_fmt_size((uint64_t)json_integer_value(json_object_get(o, "size")), sz,
+			             sizeof(sz));
+			cli_fmt_time(json_integer_value(json_object_get(o, "mtime_ns")), tm,
+			             sizeof(tm));
+			printf("path:     %s\n", path);
+			printf("type:     %s%s\n", json_string_value(json_object_get(o, "type")),
+			       json_is_true(json_object_get(o, "mount_point")) ? " (mount point)"
+			                                                       : "");
+			printf("inode:    %lld\n",
+			       (long long)json_integer_value(json_object_get(o, "inode")));
+			printf("size:     %s (%lld bytes)\n", sz,
+			       (long long)json_integer_value(json_object_get(o, "size")));
+			printf("modified: %s\n", tm);
+			printf("mode:     %04llo\n",
+			       (unsigned long long)json_integer_value(json_object_get(o, "mode")));
+			const char *ver = json_string_value(json_object_get(o, "version"));
+			if (ver && *ver)
+				printf("version:  %s\n", ver);
+			if (json_is_object(mt)) {
+				printf("mount:    %s (%s)\n",
+				       json_string_value(json_object_get(mt, "path")),
+				       json_string_value(json_object_get(mt, "uri")));
+				printf("key:      %s\n",
+				       json_string_value(json_object_get(o, "key")));
+			}
+			if (json_object_get(o, "blocks"))
+				printf("blocks:   %lld\n",
+				       (long long)json_integer_value(json_object_get(o, "blocks")));
+		}
+		json_decref(o);
+	}
+	free(path);
+	cis_config_free(cfg);
+	return rc;
+}
