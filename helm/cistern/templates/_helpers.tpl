@@ -1,0 +1,123 @@
+{{/*
+Naming and labelling conventions of the chart (checked by
+tests/integration/test_helm.sh):
+  - every object is named "<fullname>-<component>";
+  - every object carries the labels of cistern.labels, pods also;
+  - selectors use only cistern.selectorLabels (name, instance, component).
+*/}}
+
+{{- define "cistern.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-scoped prefix; kept short so "<fullname>-<component>" fits 63. */}}
+{{- define "cistern.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "cistern.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. Call with (dict "ctx" $ "component" "master"). */}}
+{{- define "cistern.labels" -}}
+helm.sh/chart: {{ include "cistern.chart" .ctx }}
+{{ include "cistern.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: cistern
+{{- end }}
+
+{{- define "cistern.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cistern.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "cistern.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The master's Service name and the addresses clients use. */}}
+{{- define "cistern.masterService" -}}
+{{- printf "%s-master" (include "cistern.fullname" .) }}
+{{- end }}
+
+{{- define "cistern.masterHost" -}}
+{{- printf "%s.%s.svc" (include "cistern.masterService" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "cistern.masterRpc" -}}
+{{- printf "%s:%d" (include "cistern.masterHost" .) (int .Values.master.rpcPort) }}
+{{- end }}
+
+{{- define "cistern.masterApi" -}}
+{{- printf "%s:%d" (include "cistern.masterHost" .) (int .Values.master.httpPort) }}
+{{- end }}
+
+{{/* Pod annotations: Prometheus scrape hints and the user's. Call with
+(dict "ctx" $ "port" 19601 "extra" dict). */}}
+{{- define "cistern.podAnnotations" -}}
+{{- if .ctx.Values.metrics.podAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- with .ctx.Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Liveness and readiness probes on /healthz and /readyz of the named
+port. Call with (dict "c" .Values.master). */}}
+{{- define "cistern.probes" -}}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: http
+  initialDelaySeconds: {{ .c.livenessProbe.initialDelaySeconds }}
+  periodSeconds: {{ .c.livenessProbe.periodSeconds }}
+  timeoutSeconds: {{ .c.livenessProbe.timeoutSeconds }}
+  failureThreshold: {{ .c.livenessProbe.failureThreshold }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: http
+  initialDelaySeconds: {{ .c.readinessProbe.initialDelaySeconds }}
+  periodSeconds: {{ .c.readinessProbe.periodSeconds }}
+  timeoutSeconds: {{ .c.readinessProbe.timeoutSeconds }}
+  failureThreshold: {{ .c.readinessProbe.failureThreshold }}
+{{- end }}
+
+{{/* Scheduling fields of a pod spec. Call with the component's values. */}}
+{{- define "cistern.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Mount options that are credentials: these come only from Secrets. */}}
+{{- define "cistern.secretOptionNames" -}}
+access_key secret_key session_token access-key secret-key session-token password token
+{{- end }}

@@ -1,0 +1,66 @@
+{{/* One word for /bin/sh: single-quoted, embedded quotes escaped. */}}
+{{- define "cistern.shq" -}}
+'{{ replace "'" "'\\''" (toString .) }}'
+{{- end }}
+
+{{- define "cistern.jobRetry" -}}
+# Bounded retries: the master may still be starting when the hook runs.
+try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge 30 ]; then echo "giving up: $*" >&2; return 1; fi; sleep 5; done; }
+{{- end }}
+
+{{- define "cistern.hookJob" }}
+{{- $j := .ctx.Values.jobs }}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ include "cistern.fullname" .ctx }}-{{ .name }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "cistern.labels" (dict "ctx" .ctx "component" .name) | nindent 4 }}
+  annotations:
+    helm.sh/hook: {{ .hooks }}
+    helm.sh/hook-weight: {{ .weight | quote }}
+    helm.sh/hook-delete-policy: before-hook-creation
+spec:
+  backoffLimit: {{ $j.backoffLimit }}
+  activeDeadlineSeconds: {{ $j.activeDeadlineSeconds }}
+  ttlSecondsAfterFinished: {{ $j.ttlSecondsAfterFinished }}
+  template:
+    metadata:
+      labels:
+        {{- include "cistern.labels" (dict "ctx" .ctx "component" .name) | nindent 8 }}
+    spec:
+      restartPolicy: Never
+      {{- with .ctx.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $j.podSecurityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with include "cistern.scheduling" $j | trim }}
+      {{- . | nindent 6 }}
+      {{- end }}
+      containers:
+        - name: {{ .name }}
+          image: {{ include "cistern.image" .ctx }}
+          imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+          command:
+            - /bin/sh
+            - -c
+            - {{ .script | quote }}
+          env:
+            - name: CISTERN_API
+              value: {{ include "cistern.masterApi" .ctx | quote }}
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          resources:
+            {{- toYaml $j.resources | nindent 12 }}
+          {{- with $j.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+{{- end }}
