@@ -446,23 +446,26 @@ static void conn_close(cis_rpc_conn *c)
 	cis_rpc_conn_unref(c);
 }
 
+/* After an error reply to a peer we then drop: stop reading, close once
+ * the output is flushed (write_cb). */
+static void conn_close_after_flush(cis_rpc_conn *c)
+{
+	struct timeval tv = {10, 0}; /* a peer that does not read is dropped anyway */
+
+	c->closing = true;
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_set_timeouts(c->bev, NULL, &tv);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c);
+}
+
 /* A protocol violation: count it, log it (rate limited), drop the peer. */
 static void conn_bad(cis_rpc_conn *c, const char *why)
 {
 	atomic_fetch_add(&c->t->srv->bad_frames, 1);
 	cis_log_limited(CIS_LOG_WARN, "rpc-bad-frame", 10, "rpc connection dropped",
 	                "server=%s peer=%s reason=\"%s\"", c->t->srv->name, c->peer, why);
-	conn_close(c);
-}
-
-/* After an error reply to a peer we then drop: stop reading, close once
- * the output is flushed (write_cb). */
-static void conn_close_after_flush(cis_rpc_conn *c)
-{
-	c->closing = true;
-	bufferevent_disable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_close(c);
+	conn_close_after_flush(c);
 }
 
 static void handle_hello(cis_rpc_conn *c, const cis_frame_hdr *h, const uint8_t *msg)
@@ -606,7 +609,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	cis_rpc_conn *c = arg;
 
-	if ((what & BEV_EVENT_TIMEOUT) && atomic_load(&c->inflight) > 0) {
+	if ((what & BEV_EVENT_TIMEOUT) && !c->closing && atomic_load(&c->inflight) > 0) {
 		/* Not idle: the peer waits for our reply. */
 		bufferevent_enable(bev, EV_READ);
 		return;

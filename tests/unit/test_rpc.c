@@ -1,0 +1,542 @@
+/* RPC server and client in one process. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <event2/buffer.h>
+
+#include "cistern/msgtype.h"
+#include "cistern/proto/common.pb-c.h"
+#include "cistern/rpc.h"
+#include "cistern/time.h"
+
+enum {
+	T_ECHO = 150,
+	T_STREAM,
+	T_FILE,
+	T_FD,
+	T_ERROR,
+	T_NOREPLY,
+	T_LATER,
+};
+
+#define FILE_LEN (3u << 20)
+
+static cis_rpc_server *srv;
+static char sock_path[64];
+static char file_path[64];
+static uint8_t *file_bytes;
+static int file_fd = -1;
+
+static uint64_t nonce_of(const cis_frame_hdr *h, const uint8_t *msg)
+{
+	ProtobufCMessage *m;
+	uint64_t n;
+
+	if (cis_msg_unpack(&cis__ping__descriptor, msg, h->msg_len, &m))
+		return 0;
+	n = ((Cis__Ping *)m)->nonce;
+	protobuf_c_message_free_unpacked(m, NULL);
+	return n;
+}
+
+struct later {
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	uint64_t nonce;
+};
+
+static void *reply_later(void *arg)
+{
+	struct later *l = arg;
+	Cis__Ping p = CIS__PING__INIT;
+
+	cis_sleep_ms(20);
+	p.nonce = l->nonce + 1;
+	cis_rpc_reply(l->conn, &l->hdr, &p.base, 0);
+	cis_rpc_conn_unref(l->conn);
+	free(l);
+	return NULL;
+}
+
+static void handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *h, const uint8_t *msg,
+                    struct evbuffer *data)
+{
+	Cis__Ping p = CIS__PING__INIT;
+	uint64_t nonce = nonce_of(h, msg);
+	char buf[64];
+
+	(void)ctx;
+	p.nonce = nonce;
+	switch (h->type) {
+	case T_ECHO: {
+		size_t n = evbuffer_get_length(data);
+
+		cis_rpc_reply_data(conn, h, &p.base, evbuffer_pullup(data, -1), n, 0);
+		break;
+	}
+	case T_STREAM:
+		for (int i = 0; i < 5; i++) {
+			int len = snprintf(buf, sizeof(buf), "chunk %d", i);
+
+			p.nonce = (uint64_t)i;
+			cis_rpc_reply_data(conn, h, &p.base, buf, (size_t)len,
+			                   i < 4 ? CIS_FRAME_MORE : 0);
+		}
+		break;
+	case T_FILE:
+		cr_assert_eq(
+		    cis_rpc_reply_file(conn, h, &p.base, file_fd, 1000, FILE_LEN - 2000, 0), 0);
+		break;
+	case T_FD: {
+		int r = cis_rpc_reply_fd(conn, h, &p.base, file_fd);
+
+		if (r)
+			cis_rpc_reply_error(conn, h, r, "reply_fd: %s", cis_strerror(r));
+		break;
+	}
+	case T_ERROR:
+		cis_rpc_reply_error(conn, h, -ENOENT, "/x/%llu: not found",
+		                    (unsigned long long)nonce);
+		break;
+	case T_NOREPLY:
+		break;
+	case T_LATER: {
+		struct later *l = malloc(sizeof(*l));
+		pthread_t t;
+
+		l->conn = conn;
+		l->hdr = *h;
+		l->nonce = nonce;
+		cis_rpc_conn_ref(conn);
+		pthread_create(&t, NULL, reply_later, l);
+		pthread_detach(t);
+		break;
+	}
+	default:
+		cis_rpc_reply_error(conn, h, -ENOTSUP, "unknown type %u", h->type);
+	}
+}
+
+static cis_rpc_server *start_server(uint16_t port)
+{
+	cis_rpc_server_opts o = {.bind_addr = "127.0.0.1",
+	                         .port = port,
+	                         .unix_path = sock_path,
+	                         .io_threads = 2,
+	                         .name = "test",
+	                         .handler = handler};
+	cis_errmsg em = {{0}};
+	cis_rpc_server *s;
+
+	cr_assert_eq(cis_rpc_server_start(&o, &s, &em), 0, "%s", em.text);
+	return s;
+}
+
+static void setup(void)
+{
+	snprintf(sock_path, sizeof(sock_path), "/tmp/cis-test-rpc-%d.sock", getpid());
+	snprintf(file_path, sizeof(file_path), "/tmp/cis-test-rpc-%d.dat", getpid());
+	file_bytes = malloc(FILE_LEN);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		file_bytes[i] = (uint8_t)(i * 7 + (i >> 11));
+	file_fd = open(file_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(file_fd, 0);
+	cr_assert_eq(write(file_fd, file_bytes, FILE_LEN), (ssize_t)FILE_LEN);
+	srv = start_server(0);
+}
+
+static void teardown(void)
+{
+	cis_rpc_server_stop(srv);
+	close(file_fd);
+	unlink(file_path);
+	free(file_bytes);
+}
+
+static cis_rpc_client *client(bool unix_sock)
+{
+	cis_rpc_client_opts o = {.host = "127.0.0.1",
+	                         .port = cis_rpc_server_port(srv),
+	                         .unix_path = unix_sock ? sock_path : NULL,
+	                         .name = "test-client",
+	                         .connect_timeout_ms = 2000,
+	                         .call_timeout_ms = 5000};
+	cis_rpc_client *c;
+
+	if (unix_sock)
+		o.host = NULL;
+	cr_assert_eq(cis_rpc_client_new(&o, &c), 0);
+	return c;
+}
+
+static int echo(cis_rpc_client *c, uint64_t nonce, const char *data, cis_errmsg *em)
+{
+	Cis__Ping p = CIS__PING__INIT;
+	cis_rpc_result res;
+	int r;
+
+	p.nonce = nonce;
+	r = cis_rpc_call(c, T_ECHO, &p.base, data, data ? strlen(data) : 0, &res, 0, em);
+	if (r)
+		return r;
+	cr_assert_eq(res.hdr.type, T_ECHO);
+	cr_assert(res.hdr.flags & CIS_FRAME_REPLY);
+	cr_assert_eq(nonce_of(&res.hdr, res.msg), nonce);
+	cr_assert_eq(res.data_len, data ? strlen(data) : 0);
+	if (data)
+		cr_assert_arr_eq(res.data, data, strlen(data));
+	cr_assert_eq(res.fd, -1);
+	cis_rpc_result_free(&res);
+	return 0;
+}
+
+TestSuite(rpc, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(rpc, hello_ping_and_echo)
+{
+	cis_rpc_client *c = client(false);
+	Cis__Ping p = CIS__PING__INIT;
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	p.nonce = 0xdeadbeef;
+	cr_assert_eq(cis_rpc_call(c, CIS_MSG_PING, &p.base, NULL, 0, &res, 0, &em), 0, "%s",
+	             em.text);
+	cr_assert_eq(nonce_of(&res.hdr, res.msg), 0xdeadbeef);
+	cis_rpc_result_free(&res);
+	cr_assert_eq(echo(c, 7, "hello world", &em), 0, "%s", em.text);
+	cr_assert_eq(echo(c, 8, NULL, &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+struct worker_arg {
+	cis_rpc_client *c;
+	int id;
+	int failures;
+};
+
+static void *caller(void *arg)
+{
+	struct worker_arg *w = arg;
+	char data[64];
+
+	for (int i = 0; i < 20; i++) {
+		uint64_t n = (uint64_t)w->id * 1000 + (uint64_t)i;
+
+		snprintf(data, sizeof(data), "caller %d call %d", w->id, i);
+		if (echo(w->c, n, data, NULL) != 0)
+			w->failures++;
+	}
+	return NULL;
+}
+
+Test(rpc, concurrent_callers_pipelined)
+{
+	cis_rpc_client *c = client(false);
+	struct worker_arg w[64];
+	pthread_t t[64];
+
+	for (int i = 0; i < 64; i++) {
+		w[i] = (struct worker_arg){c, i + 1, 0};
+		pthread_create(&t[i], NULL, caller, &w[i]);
+	}
+	for (int i = 0; i < 64; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(w[i].failures, 0, "caller %d", i);
+	}
+	cis_rpc_client_free(c);
+}
+
+struct stream_acc {
+	int frames;
+	int stop_after;
+	char text[256];
+};
+
+static int on_frame(void *arg, const cis_frame_hdr *h, const uint8_t *msg, const uint8_t *data)
+{
+	struct stream_acc *a = arg;
+
+	cr_assert_eq(nonce_of(h, msg), (uint64_t)a->frames);
+	cr_assert_eq(!!(h->flags & CIS_FRAME_MORE), a->frames < 4);
+	strncat(a->text, (const char *)data, h->data_len);
+	strcat(a->text, "|");
+	a->frames++;
+	return a->frames == a->stop_after ? -ECANCELED : 0;
+}
+
+Test(rpc, streamed_reply)
+{
+	cis_rpc_client *c = client(false);
+	struct stream_acc a = {0};
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(cis_rpc_call_stream(c, T_STREAM, NULL, on_frame, &a, 0, &em), 0, "%s",
+	             em.text);
+	cr_assert_eq(a.frames, 5);
+	cr_assert_str_eq(a.text, "chunk 0|chunk 1|chunk 2|chunk 3|chunk 4|");
+	/* Abandoning midway: the rest is discarded, the connection goes on. */
+	memset(&a, 0, sizeof(a));
+	a.stop_after = 2;
+	cr_assert_eq(cis_rpc_call_stream(c, T_STREAM, NULL, on_frame, &a, 0, &em), -ECANCELED);
+	cr_assert_eq(a.frames, 2);
+	cr_assert_eq(echo(c, 1, "after", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, file_reply_byte_for_byte)
+{
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(cis_rpc_call(c, T_FILE, NULL, NULL, 0, &res, 0, &em), 0, "%s",
+		             em.text);
+		cr_assert_eq(res.data_len, FILE_LEN - 2000);
+		cr_assert(memcmp(res.data, file_bytes + 1000, FILE_LEN - 2000) == 0);
+		cis_rpc_result_free(&res);
+	}
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, fd_passing_over_unix_socket)
+{
+	cis_rpc_client *c = client(true);
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+	uint8_t buf[4096];
+
+	for (int i = 0; i < 5; i++) {
+		/* Interleave fd replies with ordinary ones on one connection. */
+		cr_assert_eq(echo(c, (uint64_t)i, "x", &em), 0, "%s", em.text);
+		cr_assert_eq(cis_rpc_call(c, T_FD, NULL, NULL, 0, &res, 0, &em), 0, "%s", em.text);
+		cr_assert_geq(res.fd, 0);
+		cr_assert(res.hdr.flags & CIS_FRAME_FD);
+		cr_assert_eq(pread(res.fd, buf, sizeof(buf), 5000), (ssize_t)sizeof(buf));
+		cr_assert_arr_eq(buf, file_bytes + 5000, sizeof(buf));
+		cis_rpc_result_free(&res);
+		cr_assert_eq(res.fd, -1);
+	}
+	cis_rpc_client_free(c);
+	/* Over TCP the server refuses: -EOPNOTSUPP comes back as an error. */
+	c = client(false);
+	cr_assert_eq(cis_rpc_call(c, T_FD, NULL, NULL, 0, &res, 0, &em), -EOPNOTSUPP);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, error_reply_code_and_message)
+{
+	cis_rpc_client *c = client(false);
+	Cis__Ping p = CIS__PING__INIT;
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	p.nonce = 42;
+	cr_assert_eq(cis_rpc_call(c, T_ERROR, &p.base, NULL, 0, &res, 0, &em), -ENOENT);
+	cr_assert_str_eq(em.text, "/x/42: not found");
+	cr_assert_eq(cis_rpc_call(c, 999, NULL, NULL, 0, &res, 0, &em), -ENOTSUP);
+	cr_assert_eq(echo(c, 1, "still fine", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, reply_later_from_another_thread)
+{
+	cis_rpc_client *c = client(false);
+	Cis__Ping p = CIS__PING__INIT;
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	p.nonce = 10;
+	cr_assert_eq(cis_rpc_call(c, T_LATER, &p.base, NULL, 0, &res, 0, &em), 0, "%s", em.text);
+	cr_assert_eq(nonce_of(&res.hdr, res.msg), 11);
+	cis_rpc_result_free(&res);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, timeout_then_next_call_works)
+{
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	cr_assert_eq(echo(c, 1, "a", &em), 0, "%s", em.text);
+	cr_assert_eq(cis_rpc_call(c, T_NOREPLY, NULL, NULL, 0, &res, 200, &em), -ETIMEDOUT);
+	cr_assert_not_null(strstr(em.text, "timed out"), "%s", em.text);
+	cr_assert_eq(echo(c, 2, "b", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, server_restart_client_reconnects)
+{
+	cis_rpc_client *c = client(false);
+	uint16_t port = cis_rpc_server_port(srv);
+	cis_errmsg em = {{0}};
+	int r = -1;
+
+	cr_assert_eq(echo(c, 1, "before", &em), 0, "%s", em.text);
+	cis_rpc_server_stop(srv);
+	r = echo(c, 2, "down", &em);
+	cr_assert(r == -CIS_E_CLOSED || r == -ECONNREFUSED, "got %d %s", r, em.text);
+	srv = start_server(port);
+	/* Bounded retries across the client's back-off (at most 5 s). */
+	for (int i = 0; i < 100 && r != 0; i++) {
+		r = echo(c, 3, "after", &em);
+		if (r)
+			cis_sleep_ms(100);
+	}
+	cr_assert_eq(r, 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, connection_refused)
+{
+	cis_rpc_client_opts o = {.host = "127.0.0.1", .port = 1, .name = "t"};
+	cis_rpc_client *c;
+	cis_errmsg em = {{0}};
+	int r;
+
+	cr_assert_eq(cis_rpc_client_new(&o, &c), 0);
+	cr_assert_eq(echo(c, 1, NULL, &em), -ECONNREFUSED);
+	cr_assert_not_null(strstr(em.text, "127.0.0.1:1"), "%s", em.text);
+	/* Within the back-off the same error comes back at once. */
+	r = echo(c, 1, NULL, &em);
+	cr_assert_eq(r, -ECONNREFUSED);
+	cis_rpc_client_free(c);
+}
+
+/* A raw TCP connection to the server. */
+static int raw_conn(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(cis_rpc_server_port(srv))};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct timeval tv = {10, 0};
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* Read until EOF; returns the bytes read (the server must close). */
+static size_t drain_until_close(int fd, uint8_t *buf, size_t cap)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf + got, cap - got)) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, 0, "server did not close the connection");
+	return got;
+}
+
+static void send_hdr(int fd, uint16_t type, uint32_t msg_len, uint32_t data_len)
+{
+	cis_frame_hdr h = {.type = type, .msg_len = msg_len, .data_len = data_len, .req_id = 9};
+	uint8_t b[CIS_FRAME_HDR_LEN];
+
+	cis_frame_hdr_encode(&h, b);
+	cr_assert_eq(write(fd, b, sizeof(b)), (ssize_t)sizeof(b));
+}
+
+Test(rpc, garbage_closes_only_that_connection)
+{
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	uint8_t buf[256];
+	int fd;
+
+	cr_assert_eq(echo(c, 1, "a", &em), 0, "%s", em.text);
+	fd = raw_conn();
+	cr_assert_eq(write(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27), 27);
+	cr_assert_eq(drain_until_close(fd, buf, sizeof(buf)), 0);
+	close(fd);
+	cr_assert_eq(echo(c, 2, "b", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, non_hello_first_frame_gets_error_then_close)
+{
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	uint8_t buf[512];
+	cis_frame_hdr h;
+	size_t n;
+	int fd = raw_conn();
+
+	send_hdr(fd, CIS_MSG_PING, 0, 0);
+	n = drain_until_close(fd, buf, sizeof(buf));
+	close(fd);
+	cr_assert_geq(n, CIS_FRAME_HDR_LEN);
+	cr_assert_eq(cis_frame_hdr_decode(buf, n, &h), 0);
+	cr_assert_eq(h.flags & (CIS_FRAME_REPLY | CIS_FRAME_ERROR),
+	             CIS_FRAME_REPLY | CIS_FRAME_ERROR);
+	cr_assert_eq(h.req_id, 9);
+	cr_assert_eq(echo(c, 2, "b", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, oversized_frame_closes_connection)
+{
+	Cis__Hello hello = CIS__HELLO__INIT;
+	uint8_t buf[512], *mb;
+	size_t mlen, n;
+	cis_frame_hdr h;
+	int fd = raw_conn();
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	hello.protocol_version = 1;
+	cr_assert_eq(cis_msg_pack(&hello.base, &mb, &mlen), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)mlen, 0);
+	cr_assert_eq(write(fd, mb, mlen), (ssize_t)mlen);
+	free(mb);
+	send_hdr(fd, T_ECHO, 0, CIS_FRAME_MAX_DATA + 1);
+	n = drain_until_close(fd, buf, sizeof(buf));
+	close(fd);
+	/* Only the HelloReply came back. */
+	cr_assert_eq(cis_frame_hdr_decode(buf, n, &h), 0);
+	cr_assert_eq(h.type, CIS_MSG_HELLO);
+	cr_assert_eq(n, CIS_FRAME_HDR_LEN + h.msg_len);
+	/* The client refuses to send one at all. */
+	cr_assert_eq(
+	    cis_rpc_call(c, T_ECHO, NULL, buf, (size_t)CIS_FRAME_MAX_DATA + 1, &res, 0, &em),
+	    -CIS_E_TOOBIG);
+	cr_assert_eq(echo(c, 2, "b", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+Test(rpc, stale_unix_socket_replaced_live_one_refused)
+{
+	cis_rpc_server_opts o = {.unix_path = sock_path, .io_threads = 1, .handler = handler};
+	cis_rpc_server *s2 = NULL;
+	cis_errmsg em = {{0}};
+
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char stale[64];
+	int fd;
+
+	cr_assert_eq(cis_rpc_server_start(&o, &s2, &em), -EADDRINUSE);
+	cr_assert_not_null(strstr(em.text, sock_path), "%s", em.text);
+	/* A socket file left by a dead server is replaced. */
+	snprintf(stale, sizeof(stale), "/tmp/cis-test-stale-%d.sock", getpid());
+	strcpy(sa.sun_path, stale);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	o.unix_path = stale;
+	cr_assert_eq(cis_rpc_server_start(&o, &s2, &em), 0, "%s", em.text);
+	cis_rpc_server_stop(s2);
+	cr_assert_neq(access(stale, F_OK), 0, "socket file left behind");
+}
