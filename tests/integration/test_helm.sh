@@ -145,6 +145,10 @@ mutate "does not match the pod template" \
 	"if o['kind']=='StatefulSet': o['spec']['template']['metadata']['labels']['app.kubernetes.io/component'] = 'x'"
 mutate "is not the http port" \
 	"if o['kind']=='DaemonSet': o['spec']['template']['metadata']['annotations']['prometheus.io/port'] = '1'"
+mutate "without dnsPolicy ClusterFirstWithHostNet" \
+	"if o['kind']=='DaemonSet': o['spec']['template']['spec'].update(hostNetwork=True, dnsPolicy='ClusterFirst')"
+mutate "does not advertise its pod IP" \
+	"if o['kind']=='StatefulSet' and 'worker' in o['metadata']['name']: $c['args'].remove('--host')"
 mutate "is on no volume" \
 	"if o['kind']=='StatefulSet' and 'worker' in o['metadata']['name']: $c['volumeMounts'] = $c['volumeMounts'][1:]"
 

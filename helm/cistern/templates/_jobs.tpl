@@ -5,7 +5,16 @@
 
 {{- define "cistern.jobRetry" -}}
 # Bounded retries: the master may still be starting when the hook runs.
-try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge 30 ]; then echo "giving up: $*" >&2; return 1; fi; sleep 5; done; }
+try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge 30 ]; then echo "giving up: $1 $2" >&2; return 1; fi; sleep 5; done; }
+# A path already mounted (an upgrade, a retried Job) is left as it is: to
+# change a mount, `cistern unmount` it first.
+mount_once() {
+	if cistern --api "$CISTERN_API" mounts | awk -v p="$1" 'NR > 1 && $1 == p { f = 1 } END { exit !f }'; then
+		echo "$1: already mounted, left as is"
+		return 0
+	fi
+	cistern --api "$CISTERN_API" mount "$@"
+}
 {{- end }}
 
 {{- define "cistern.hookJob" }}

@@ -289,6 +289,21 @@ class Checker:
         fu = by.get(("DaemonSet", "fuse"), [])
         if fu:
             self.fuse(fu[0])
+        for o in wk + fu:
+            ps = pod_spec(o)
+            if ps.get("hostNetwork") and ps.get("dnsPolicy") != "ClusterFirstWithHostNet":
+                self.fail(o, "hostNetwork without dnsPolicy ClusterFirstWithHostNet: "
+                          "the master's Service name would not resolve")
+        if wk and fu and bool(pod_spec(wk[0]).get("hostNetwork")) != bool(pod_spec(fu[0]).get("hostNetwork")):
+            self.errors.append("worker and FUSE differ in hostNetwork: the short-circuit "
+                               "needs the same hostname")
+        if wk:
+            argv = pod_spec(wk[0])["containers"][0].get("args") or []
+            env = {e["name"]: e for e in pod_spec(wk[0])["containers"][0].get("env", [])}
+            if "--host" not in argv or argv[argv.index("--host") + 1] != "$(POD_IP)" or \
+                    (env.get("POD_IP", {}).get("valueFrom") or {}).get("fieldRef", {}).get(
+                        "fieldPath") != "status.podIP":
+                self.fail(wk[0], "worker does not advertise its pod IP (--host $(POD_IP))")
         if expect == "default":
             if not has_pvc:
                 self.errors.append("default: master state is not on a PVC")
@@ -296,6 +311,8 @@ class Checker:
                 self.errors.append("default: no FUSE DaemonSet")
             if wk and wk[0]["kind"] != "DaemonSet":
                 self.errors.append("default: worker is not a DaemonSet")
+            if wk and not pod_spec(wk[0]).get("hostNetwork"):
+                self.errors.append("default: worker is not on the host network")
             if any(k[0] == "Job" for k in by):
                 self.errors.append("default: hook Jobs rendered with no mounts or loads")
         elif expect == "full":
@@ -332,9 +349,10 @@ class Checker:
                     int(ann.get("helm.sh/hook-weight", "0")):
                 e.append("full: loads Job does not run after the mounts Job")
             script = pod_spec(mj)["containers"][0]["command"][-1]
-            for want in ("mount '/imagenet' 's3://datasets/imagenet'", "--readonly",
-                         "--sync-interval '5m'", "'block_size=8M'", "'region=us-east-1'",
-                         "mount '/local' 'file:///srv/data'"):
+            for want in ("try mount_once '/imagenet' 's3://datasets/imagenet'", "--readonly",
+                         "--sync-interval '5m'", "--block-size '16M'",
+                         "'file:///srv/data' --block-size '8M'", "'region=us-east-1'",
+                         "try mount_once '/local' 'file:///srv/data'"):
                 if want not in script:
                     e.append("full: mounts script lacks %r" % want)
             lscript = pod_spec(lj)["containers"][0]["command"][-1]
@@ -353,6 +371,8 @@ class Checker:
             a = pod_spec(fu[0])["containers"][0]["args"]
             if a[0] != "/mnt/ds/fs" or "allow_other,default_permissions" not in a:
                 e.append("full: fuse mount point/options not applied: %s" % a)
+            if pod_spec(fu[0]).get("hostNetwork"):
+                e.append("full: fuse.hostNetwork=false not applied")
         m = by.get(("StatefulSet", "master"), [])
         if m:
             c = pod_spec(m[0])["containers"][0]
