@@ -44,6 +44,7 @@ typedef struct fcl_opts {
 	bool foreground;
 	bool debug;
 	char *log_level;
+	char *log_file;  /* where the daemon logs (it has no stderr) */
 	char *fuse_opts; /* comma list handed to libfuse ("allow_other,ro") */
 } fcl_opts;
 
@@ -76,6 +77,8 @@ int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void 
 bool fcl_lru_remove(fcl_lru *l, const void *key, size_t klen, void *val);
 /* Remove the least recently used entry, copying its value out. */
 bool fcl_lru_pop(fcl_lru *l, void *val);
+/* Remove the least recently used entry if pred says so. */
+bool fcl_lru_pop_if(fcl_lru *l, bool (*pred)(const void *val, void *arg), void *arg, void *val);
 size_t fcl_lru_count(fcl_lru *l);
 
 /* ---- kernel lookup counts (inode.c) ---- */

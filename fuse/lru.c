@@ -196,3 +196,13 @@ size_t fcl_lru_count(fcl_lru *l)
 	pthread_mutex_unlock(&l->lock);
 	return n;
 }
+
+bool fcl_lru_pop_if(fcl_lru *l, bool (*pred)(const void *val, void *arg), void *arg, void *val)
+{
+	pthread_mutex_lock(&l->lock);
+	bool found = l->head.prev != &l->head && pred(node_val(l->head.prev), arg);
+	if (found)
+		do_drop(l, l->head.prev, val);
+	pthread_mutex_unlock(&l->lock);
+	return found;
+}

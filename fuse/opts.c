@@ -31,6 +31,7 @@ void fcl_opts_usage(FILE *out)
 	      "  --worker-timeout MS     skip a worker slower than this (default 15000)\n"
 	      "  --threads N             FUSE threads at most (default 16)\n"
 	      "  --log-level L           debug, info, warn, error (default info)\n"
+	      "  --log-file PATH         append the log here (a daemon has no stderr)\n"
 	      "  -o OPT[,OPT...]         the keys above with '_' or '-', or FUSE mount options\n"
 	      "                          (allow_other, default_permissions, ro, ...)\n"
 	      "  -f                      stay in the foreground\n"
@@ -125,6 +126,8 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 	}
 	if (strcmp(name, "log-level") == 0)
 		return set_str(&o->log_level, v);
+	if (strcmp(name, "log-file") == 0)
+		return set_str(&o->log_file, v);
 	return 1;
 }
 
@@ -293,6 +296,7 @@ void fcl_opts_free(fcl_opts *o)
 	free(o->master);
 	free(o->root);
 	free(o->log_level);
+	free(o->log_file);
 	free(o->fuse_opts);
 	*o = (fcl_opts){0};
 }

@@ -1,0 +1,186 @@
+/* cistern-fuse: the client state shared by the modules that talk to the
+ * cluster (master.c, local.c, remote.c, read.c, metrics.c, main.c). */
+#ifndef CISTERN_FUSE_CLIENT_H
+#define CISTERN_FUSE_CLIENT_H
+
+#include "fcl.h"
+
+#include "cistern/metrics.h"
+#include "cistern/proto/master.pb-c.h"
+#include "cistern/proto/worker.pb-c.h"
+#include "cistern/rpc.h"
+
+#define FCL_DEFAULT_BLOCK (64u << 20)
+#define FCL_MAX_TRIES     8 /* workers tried per block before the store */
+
+enum fcl_path { FCL_PATH_LOCAL, FCL_PATH_REMOTE, FCL_PATH_STORE, FCL_PATH_N };
+
+/* A mount as the read path needs it; created on the first open of a file
+ * in it and kept until exit (there are few mounts). The connector is
+ * opened on the first store-direct read. */
+typedef struct fcl_mount {
+	struct fcl_mount *next;
+	uint64_t id;
+	char *uri;
+	cis_kvlist options; /* credentials included: never logged */
+	uint64_t block_size;
+	pthread_mutex_t lock; /* guards ufs */
+	cis_ufs *ufs;
+} fcl_mount;
+
+typedef struct fcl_worker {
+	uint64_t id;
+	char host[256];
+	uint16_t port;
+	char unix_path[108];
+	bool local; /* same host and its socket exists: short-circuit */
+} fcl_worker;
+
+/* An immutable snapshot of the worker list, reference-counted so readers
+ * keep using theirs while a refresh swaps in the next. */
+typedef struct fcl_wlist {
+	int refs; /* under fcl.lock */
+	uint64_t version;
+	size_t n;
+	uint64_t *ids;
+	fcl_worker *w;
+} fcl_wlist;
+
+/* One open file (fuse_file_info.fh). */
+typedef struct fcl_file {
+	uint64_t ino;
+	fcl_mount *mount;
+	char *key;
+	char version[CIS_UFS_VERSION_MAX];
+	uint64_t size;
+	uint64_t block_size;
+	pthread_mutex_t lock; /* guards ra */
+	fcl_ra ra;
+} fcl_file;
+
+typedef struct fcl_stats {
+	cis_metrics *reg;
+	cis_counter *reads[FCL_PATH_N];
+	cis_counter *bytes[FCL_PATH_N];
+	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
+	cis_counter *master_errors;
+	cis_histogram *read_seconds;  /* per FUSE read */
+	cis_histogram *stall_seconds; /* reads that waited on a fetch or the store */
+} fcl_stats;
+
+typedef struct fcl_local fcl_local;
+typedef struct fcl_remote fcl_remote;
+
+typedef struct fcl {
+	const fcl_opts *opts;
+	char master_host[256];
+	uint16_t master_port;
+	cis_rpc_client *master;
+	uint64_t root_ino; /* master inode shown as FUSE node 1 */
+	char hostname[256];
+	fcl_inodes *inodes;
+	fcl_meta *meta;
+	fcl_lru *versions; /* ino -> version last opened (keep_cache) */
+	fcl_local *local;
+	fcl_remote *remote;
+	fcl_stats stats;
+
+	pthread_mutex_t lock; /* guards mounts, workers */
+	fcl_mount *mounts;
+	fcl_wlist *workers;
+
+	pthread_mutex_t bg_lock;
+	pthread_cond_t bg_cond;
+	bool bg_stop;
+	bool bg_started;
+	pthread_t bg;
+} fcl;
+
+/* ---- master.c ---- */
+
+/* Create the master client. 0 or a negative code. */
+int fcl_master_connect(fcl *c, cis_errmsg *em);
+/* The inode a cistern path names (each component looked up from /). */
+int fcl_master_resolve(fcl *c, const char *path, fcl_attr *out, cis_errmsg *em);
+/* fcl_meta_src callbacks. */
+int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
+int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em);
+/* One page; *out is the caller's (cis__read_dir_reply__free_unpacked). */
+int fcl_master_readdir(fcl *c, uint64_t ino, uint64_t cookie, uint32_t max, Cis__ReadDirReply **out,
+                       cis_errmsg *em);
+/* Open a file: its attributes and mount. *out is the caller's
+ * (fcl_file_free); attr gets the attributes too. */
+int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_errmsg *em);
+void fcl_file_free(fcl_file *f);
+void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a);
+/* Start with an empty list (reads go to the store until one arrives). */
+int fcl_workers_init(fcl *c);
+void fcl_workers_fini(fcl *c);
+/* Fetch the worker list if it moved. 0 or a negative code. */
+int fcl_workers_refresh(fcl *c, cis_errmsg *em);
+/* The current snapshot with a reference (never NULL); drop with _put. */
+fcl_wlist *fcl_workers_get(fcl *c);
+void fcl_workers_put(fcl *c, fcl_wlist *wl);
+void fcl_mounts_free(fcl *c);
+
+/* ---- local.c: short-circuit through the local worker's Unix socket ---- */
+
+int fcl_local_new(size_t capacity, fcl_local **out);
+/* Release every lease, close every descriptor. */
+void fcl_local_free(fcl_local *l);
+/* A descriptor of the block file (a dup the caller closes) and its length,
+ * from the cache or by OpenLocal. *waited_ns is the time spent in
+ * OpenLocal (0 on a cache hit). */
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
+                   uint64_t *waited_ns, cis_errmsg *em);
+/* Release leases that are idle past their expiry. */
+void fcl_local_tick(fcl *c);
+/* At exit: release every lease (then fcl_local_free). */
+void fcl_local_release_all(fcl *c);
+size_t fcl_local_count(fcl_local *l);
+
+/* ---- remote.c: worker RPC clients ---- */
+
+int fcl_remote_new(fcl_remote **out);
+void fcl_remote_free(fcl_remote *r);
+/* The client for w (over its Unix socket when unix is set). Borrowed:
+ * clients live until fcl_remote_free. NULL on ENOMEM. */
+cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock);
+/* ReadBlock [off, off+len) of ref into buf; *cached says whether the
+ * worker had the block. Fails unless exactly len bytes (or up to the
+ * block's end) came back. */
+int fcl_remote_read(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, uint64_t off, size_t len,
+                    char *buf, bool *cached, cis_errmsg *em);
+/* Fire and forget. */
+int fcl_remote_prefetch(fcl *c, const fcl_worker *w, Cis__BlockRef **refs, size_t n,
+                        cis_errmsg *em);
+
+/* ---- read.c ---- */
+
+/* A piece of a read reply: bytes of an fd (fd >= 0, caller closes) or of
+ * buf (caller frees). */
+typedef struct fcl_seg {
+	int fd;
+	uint64_t off;
+	size_t len;
+	char *buf;
+} fcl_seg;
+
+/* Fill segs (caller's array of nsegs_max) for [off, off+size) clamped to
+ * the file; *nsegs set. 0, or -EIO when the store itself failed (em says
+ * why), -ESTALE when the object changed since open. */
+int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int nsegs_max,
+             int *nsegs, cis_errmsg *em);
+void fcl_segs_release(fcl_seg *segs, int n);
+/* Ask the owning workers for blocks [first, first+n) of f. */
+void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
+/* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
+void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
+                  cis_block_id *id);
+
+/* ---- metrics.c ---- */
+
+int fcl_stats_init(fcl *c);
+void fcl_stats_free(fcl *c);
+
+#endif

@@ -1,0 +1,249 @@
+/* Short-circuit reads: the worker on this host hands over an open
+ * descriptor of the cached block file (OpenLocal over its Unix socket,
+ * SCM_RIGHTS) under a lease, and the client preads or splices from it with
+ * no copy through the worker. Descriptors are cached per (block, worker) in
+ * a bounded LRU; a lease is renewed when a use finds it past a third of its
+ * life, and released when its descriptor leaves the cache (evicted, idle
+ * past its lease, or at exit). Readers get a dup, so eviction never closes
+ * a descriptor under a read in flight. Block files are written once and
+ * renamed into place, so a descriptor never shows other bytes, even after
+ * the worker drops the file. */
+#include "client.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cistern/frame.h"
+#include "cistern/log.h"
+#include "cistern/msgtype.h"
+#include "cistern/time.h"
+
+typedef struct lent {
+	int fd;
+	uint64_t lease_id;
+	uint64_t len;
+	uint64_t lease_until_ms; /* monotonic */
+	uint64_t lease_ms;
+	fcl_worker w; /* where to renew and release */
+} lent;
+
+struct fcl_local {
+	fcl_lru *lru;
+	pthread_mutex_t lock; /* makes get+dup atomic against eviction */
+};
+
+int fcl_local_new(size_t capacity, fcl_local **out)
+{
+	fcl_local *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	int rc = fcl_lru_new(capacity, sizeof(lent), &l->lru);
+	if (rc) {
+		free(l);
+		return rc;
+	}
+	pthread_mutex_init(&l->lock, NULL);
+	*out = l;
+	return 0;
+}
+
+static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, uint64_t lease_id,
+                      uint64_t *expiry_ms)
+{
+	cis_rpc_client *cl = fcl_remote_client(c, w, true);
+	if (!cl)
+		return -ENOMEM;
+	Cis__LeaseRequest req = CIS__LEASE_REQUEST__INIT;
+	req.lease_id = lease_id;
+	cis_rpc_result res;
+	memset(&res, 0, sizeof(res));
+	res.fd = -1;
+	int rc = cis_rpc_call(cl, type, &req.base, NULL, 0, &res, 5000, NULL);
+	if (rc)
+		return rc;
+	Cis__LeaseReply *rep = NULL;
+	rc = cis_msg_unpack(&cis__lease_reply__descriptor, res.msg, res.msg_len,
+	                    (ProtobufCMessage **)&rep);
+	cis_rpc_result_free(&res);
+	if (rc)
+		return rc;
+	if (expiry_ms)
+		*expiry_ms = rep->lease_expiry_ms;
+	cis__lease_reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+/* Close and release an entry that left the cache. */
+static void drop(fcl *c, lent *e)
+{
+	close(e->fd);
+	if (c)
+		(void)lease_call(c, &e->w, CIS_MSG_WORKER_RELEASE_LOCAL, e->lease_id, NULL);
+}
+
+void fcl_local_free(fcl_local *l)
+{
+	if (!l)
+		return;
+	lent e;
+	while (fcl_lru_pop(l->lru, &e))
+		close(e.fd);
+	fcl_lru_free(l->lru);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+size_t fcl_local_count(fcl_local *l)
+{
+	return fcl_lru_count(l->lru);
+}
+
+static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
+{
+	memcpy(k, ref->id.data, 16);
+	memcpy(k + 16, &worker_id, 8);
+	return 24;
+}
+
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
+                   uint64_t *waited_ns, cis_errmsg *em)
+{
+	fcl_local *l = c->local;
+	uint8_t k[24];
+	size_t klen = make_key(k, ref, w->id);
+	lent e;
+	*waited_ns = 0;
+
+	pthread_mutex_lock(&l->lock);
+	if (fcl_lru_get(l->lru, k, klen, &e)) {
+		int d = dup(e.fd);
+		uint64_t now = cis_mono_ms();
+		/* More than a third of the lease used up: renew. */
+		bool renew = e.lease_until_ms < now + e.lease_ms * 2 / 3;
+		if (renew) {
+			/* Claim the renewal so other readers do not repeat it. */
+			lent claimed = e;
+			claimed.lease_until_ms = now + e.lease_ms;
+			(void)fcl_lru_put(l->lru, k, klen, &claimed, NULL, NULL);
+		}
+		pthread_mutex_unlock(&l->lock);
+		if (d < 0)
+			return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
+		if (renew) {
+			uint64_t exp = 0;
+			int rc = lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, e.lease_id, &exp);
+			if (rc == -ENOENT) {
+				/* The worker forgot the lease: stop caching this fd. */
+				lent gone;
+				pthread_mutex_lock(&l->lock);
+				bool found = fcl_lru_get(l->lru, k, klen, &gone) &&
+				             gone.lease_id == e.lease_id &&
+				             fcl_lru_remove(l->lru, k, klen, &gone);
+				pthread_mutex_unlock(&l->lock);
+				if (found)
+					close(gone.fd);
+			}
+		}
+		*fd = d;
+		*len = e.len;
+		return 0;
+	}
+	pthread_mutex_unlock(&l->lock);
+
+	cis_rpc_client *cl = fcl_remote_client(c, w, true);
+	if (!cl)
+		return cis_fail(em, -ENOMEM, "worker %s: no client", w->unix_path);
+	Cis__OpenLocalRequest req = CIS__OPEN_LOCAL_REQUEST__INIT;
+	req.block = (Cis__BlockRef *)ref;
+	cis_rpc_result res;
+	memset(&res, 0, sizeof(res));
+	res.fd = -1;
+	uint64_t t0 = cis_mono_ns();
+	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, NULL, 0, &res,
+	                      c->opts->worker_timeout_ms, em);
+	*waited_ns = cis_mono_ns() - t0;
+	if (rc)
+		return rc;
+	Cis__OpenLocalReply *rep = NULL;
+	rc = cis_msg_unpack(&cis__open_local_reply__descriptor, res.msg, res.msg_len,
+	                    (ProtobufCMessage **)&rep);
+	int got_fd = res.fd;
+	res.fd = -1;
+	cis_rpc_result_free(&res);
+	if (rc || got_fd < 0) {
+		if (got_fd >= 0)
+			close(got_fd);
+		if (rep)
+			cis__open_local_reply__free_unpacked(rep, NULL);
+		return cis_fail(em, -CIS_E_PROTO, "worker %s: open-local reply without %s",
+		                w->unix_path, rc ? "a valid message" : "a descriptor");
+	}
+	e = (lent){
+	    .fd = got_fd,
+	    .lease_id = rep->lease_id,
+	    .len = rep->length,
+	    .lease_ms = rep->lease_expiry_ms ? rep->lease_expiry_ms : 30000,
+	    .w = *w,
+	};
+	e.lease_until_ms = cis_mono_ms() + e.lease_ms;
+	cis__open_local_reply__free_unpacked(rep, NULL);
+
+	lent victim, other;
+	bool evicted = false, raced = false;
+	pthread_mutex_lock(&l->lock);
+	if (fcl_lru_get(l->lru, k, klen, &other)) {
+		/* Another reader opened it meanwhile: use theirs. */
+		raced = true;
+		*fd = dup(other.fd);
+		*len = other.len;
+	} else {
+		rc = fcl_lru_put(l->lru, k, klen, &e, &victim, &evicted);
+		*fd = dup(e.fd);
+		*len = e.len;
+		if (rc) {
+			raced = true; /* not cached: release ours below */
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (raced)
+		drop(c, &e);
+	if (evicted)
+		drop(c, &victim);
+	if (*fd < 0)
+		return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
+	return 0;
+}
+
+static bool lease_lapsed(const void *val, void *arg)
+{
+	const lent *e = val;
+	return e->lease_until_ms <= *(uint64_t *)arg;
+}
+
+static void release_lapsed(fcl *c, uint64_t now)
+{
+	lent e;
+	/* Least recently used first; stop at the first one still leased. The
+	 * lock keeps a reader from dup'ing an fd we are about to close. */
+	for (;;) {
+		pthread_mutex_lock(&c->local->lock);
+		bool got = fcl_lru_pop_if(c->local->lru, lease_lapsed, &now, &e);
+		pthread_mutex_unlock(&c->local->lock);
+		if (!got)
+			break;
+		drop(c, &e);
+	}
+}
+
+void fcl_local_tick(fcl *c)
+{
+	release_lapsed(c, cis_mono_ms());
+}
+
+void fcl_local_release_all(fcl *c)
+{
+	release_lapsed(c, UINT64_MAX);
+}

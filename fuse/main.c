@@ -1,0 +1,898 @@
+/* cistern-fuse: the cluster as a local, read-only folder. FUSE low-level
+ * API, multi-threaded session loop with clone_fd; metadata from the master
+ * through the client caches, data from the workers (short-circuit when the
+ * worker is on this host) with the store as the last resort. */
+#include "client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "cistern/http.h"
+#include "cistern/log.h"
+#include "cistern/time.h"
+
+#define MAX_IO   (1u << 20) /* max_read, max_write, max_readahead */
+#define DIR_PAGE 1024
+
+static fcl *req_fcl(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static uint64_t to_master(const fcl *c, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? c->root_ino : (uint64_t)ino;
+}
+
+static fuse_ino_t to_fuse(const fcl *c, uint64_t ino)
+{
+	return ino == c->root_ino ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+}
+
+/* A code for the kernel: errno values pass, Cistern codes (the master or a
+ * store failed) read as EIO. */
+static int kernel_err(int rc)
+{
+	if (rc >= 0)
+		return EIO;
+	return -rc < CIS_E_FIRST ? -rc : EIO;
+}
+
+static void fill_stat(const fcl *c, const fcl_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = to_fuse(c, a->ino);
+	st->st_mode = (a->is_dir ? S_IFDIR : S_IFREG) | (a->mode & 07777);
+	st->st_nlink = a->nlink;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_size = (off_t)a->size;
+	st->st_blksize = MAX_IO;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_mtim.tv_sec = a->mtime_ns / 1000000000;
+	st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
+	st->st_atim = st->st_ctim = st->st_mtim;
+}
+
+static void fill_entry(const fcl *c, const fcl_attr *a, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = to_fuse(c, a->ino);
+	e->generation = 1;
+	fill_stat(c, a, &e->attr);
+	e->attr_timeout = c->opts->attr_timeout;
+	e->entry_timeout = c->opts->entry_timeout;
+}
+
+static void log_err(const char *op, uint64_t ino, int rc, const cis_errmsg *em)
+{
+	if (rc == -ENOENT || rc == -ENOTDIR || rc == -ENAMETOOLONG || rc == -EINVAL)
+		return;
+	char cause[32];
+	snprintf(cause, sizeof(cause), "op:%s", op);
+	cis_log_limited(CIS_LOG_WARN, cause, 10, "request failed", "op=%s ino=%llu err=\"%s\"", op,
+	                (unsigned long long)ino, cis_errmsg_or(em, rc));
+}
+
+/* ---- metadata ---- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_write = MAX_IO;
+	conn->max_readahead = MAX_IO;
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	if (conn->capable & FUSE_CAP_READDIRPLUS) {
+		/* Always plus: ls -l of a big directory is one listing. */
+		conn->want |= FUSE_CAP_READDIRPLUS;
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	}
+	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
+		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fcl *c = req_fcl(req);
+	fcl_attr a;
+	cis_errmsg em = {{0}};
+	int rc = fcl_meta_lookup(c->meta, to_master(c, parent), name, &a, &em);
+	struct fuse_entry_param e;
+	if (rc == -ENOENT) {
+		/* A negative entry the kernel may keep for negative_timeout. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = c->opts->negative_timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc) {
+		log_err("lookup", parent, rc, &em);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	fill_entry(c, &a, &e);
+	if (fcl_inodes_ref(c->inodes, a.ino)) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (fuse_reply_entry(req, &e))
+		fcl_inodes_forget(c->inodes, a.ino, 1); /* the kernel never saw it */
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	fcl *c = req_fcl(req);
+	fcl_inodes_forget(c->inodes, to_master(c, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	fcl *c = req_fcl(req);
+	for (size_t i = 0; i < count; i++)
+		fcl_inodes_forget(c->inodes, to_master(c, forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	fcl *c = req_fcl(req);
+	fcl_attr a;
+	cis_errmsg em = {{0}};
+	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
+	if (rc) {
+		log_err("getattr", ino, rc, &em);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	struct stat st;
+	fill_stat(c, &a, &st);
+	fuse_reply_attr(req, &st, c->opts->attr_timeout);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct statvfs sv;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = MAX_IO;
+	sv.f_frsize = 4096;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	(void)ino;
+	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+}
+
+/* ---- directories ---- */
+
+typedef struct dent {
+	char *name;
+	fcl_attr a;
+} dent;
+
+typedef struct fcl_dir {
+	pthread_mutex_t lock;
+	bool loaded;
+	dent *ents;
+	size_t n, cap;
+} fcl_dir;
+
+static void dir_clear(fcl_dir *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->ents[i].name);
+	free(d->ents);
+	d->ents = NULL;
+	d->n = d->cap = 0;
+	d->loaded = false;
+}
+
+/* The whole listing, in pages of DIR_PAGE; a listing that went stale under
+ * us (-ESTALE: the directory was re-synced) starts again. */
+static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
+{
+	int rc = -ESTALE;
+	for (int attempt = 0; attempt < 3 && rc == -ESTALE; attempt++) {
+		dir_clear(d);
+		uint64_t cookie = 0;
+		for (;;) {
+			Cis__ReadDirReply *rep = NULL;
+			rc = fcl_master_readdir(c, dino, cookie, DIR_PAGE, &rep, em);
+			if (rc)
+				break;
+			if (d->n + rep->n_entries > d->cap) {
+				size_t cap = d->cap ? d->cap * 2 : 64;
+				while (cap < d->n + rep->n_entries)
+					cap *= 2;
+				dent *g = realloc(d->ents, cap * sizeof(*g));
+				if (!g) {
+					cis__read_dir_reply__free_unpacked(rep, NULL);
+					rc = -ENOMEM;
+					break;
+				}
+				d->ents = g;
+				d->cap = cap;
+			}
+			for (size_t i = 0; i < rep->n_entries && rc == 0; i++) {
+				const Cis__Inode *in = rep->entries[i];
+				if (!in->name || !in->name[0] || strchr(in->name, '/'))
+					continue;
+				dent *e = &d->ents[d->n];
+				e->name = strdup(in->name);
+				if (!e->name) {
+					rc = -ENOMEM;
+					break;
+				}
+				fcl_attr_from_inode(in, &e->a);
+				fcl_meta_put(c->meta, dino, e->name, &e->a);
+				d->n++;
+			}
+			bool done = rep->eof || rep->n_entries == 0;
+			cookie = rep->next_cookie;
+			cis__read_dir_reply__free_unpacked(rep, NULL);
+			if (rc || done)
+				break;
+		}
+	}
+	d->loaded = rc == 0;
+	return rc;
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fcl_dir *d = calloc(1, sizeof(*d));
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	fi->fh = (uintptr_t)d;
+	fi->cache_readdir = 0;
+	if (fuse_reply_open(req, fi)) {
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+	}
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi, bool plus)
+{
+	fcl *c = req_fcl(req);
+	fcl_dir *d = (fcl_dir *)(uintptr_t)fi->fh;
+	cis_errmsg em = {{0}};
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	int rc = 0;
+	if (!d->loaded || off == 0)
+		rc = dir_load(c, to_master(c, ino), d, &em);
+	if (rc) {
+		pthread_mutex_unlock(&d->lock);
+		log_err("readdir", ino, rc, &em);
+		free(buf);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	size_t used = 0;
+	for (size_t i = (size_t)(off < 0 ? 0 : off); i < d->n; i++) {
+		const dent *e = &d->ents[i];
+		size_t sz;
+		if (plus) {
+			struct fuse_entry_param ep;
+			fill_entry(c, &e->a, &ep);
+			sz = fuse_add_direntry_plus(req, buf + used, size - used, e->name, &ep,
+			                            (off_t)i + 1);
+			if (sz > size - used)
+				break;
+			if (fcl_inodes_ref(c->inodes, e->a.ino))
+				break; /* ENOMEM: the kernel gets a shorter page */
+		} else {
+			struct stat st;
+			fill_stat(c, &e->a, &st);
+			sz = fuse_add_direntry(req, buf + used, size - used, e->name, &st,
+			                       (off_t)i + 1);
+			if (sz > size - used)
+				break;
+		}
+		used += sz;
+	}
+	pthread_mutex_unlock(&d->lock);
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fcl_dir *d = (fcl_dir *)(uintptr_t)fi->fh;
+	dir_clear(d);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- files ---- */
+
+static void refuse_write(fuse_req_t req, const char *op, fuse_ino_t ino)
+{
+	fcl *c = req_fcl(req);
+	cis_counter_inc(c->stats.erofs);
+	cis_log_limited(CIS_LOG_WARN, "erofs", 10, "write refused: the mount is read-only",
+	                "op=%s ino=%llu", op, (unsigned long long)ino);
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fcl *c = req_fcl(req);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_CREAT))) {
+		refuse_write(req, "open-for-write", ino);
+		return;
+	}
+	uint64_t mino = to_master(c, ino);
+	fcl_file *f;
+	fcl_attr a;
+	cis_errmsg em = {{0}};
+	int rc = fcl_master_open(c, mino, &f, &a, &em);
+	if (rc) {
+		log_err("open", ino, rc, &em);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	cis_counter_inc(c->stats.opens);
+	fcl_meta_put_attr(c->meta, &a);
+	/* Keep the kernel's pages only while the version is the one they came
+	 * from; a version we do not remember (or a changed one) drops them. */
+	char seen[CIS_UFS_VERSION_MAX];
+	fi->keep_cache = f->version[0] && fcl_lru_get(c->versions, &mino, sizeof(mino), seen) &&
+	                 strcmp(seen, f->version) == 0;
+	if (!fi->keep_cache)
+		(void)fcl_lru_put(c->versions, &mino, sizeof(mino), f->version, NULL, NULL);
+	fi->fh = (uintptr_t)f;
+	if (fuse_reply_open(req, fi)) {
+		fcl_file_free(f);
+		return;
+	}
+	/* Small files are prefetched whole on open. */
+	if (f->size > 0 && f->size <= f->block_size) {
+		pthread_mutex_lock(&f->lock);
+		f->ra.issued_to = 1;
+		pthread_mutex_unlock(&f->lock);
+		fcl_prefetch(c, f, 0, 1);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+	(void)ino;
+	fcl *c = req_fcl(req);
+	fcl_file *f = (fcl_file *)(uintptr_t)fi->fh;
+	uint64_t t0 = cis_mono_ns();
+	int nmax = (int)(size / f->block_size) + 2;
+	fcl_seg stack[8];
+	fcl_seg *segs = nmax <= 8 ? stack : calloc((size_t)nmax, sizeof(*segs));
+	if (!segs) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int n = 0;
+	cis_errmsg em = {{0}};
+	int rc = fcl_read(c, f, (uint64_t)off, size, segs, nmax, &n, &em);
+	if (rc) {
+		fuse_reply_err(req, kernel_err(rc));
+	} else if (n == 0) {
+		fuse_reply_buf(req, NULL, 0);
+	} else {
+		struct fuse_bufvec *bv =
+		    calloc(1, sizeof(*bv) + (size_t)n * sizeof(struct fuse_buf));
+		if (!bv) {
+			fuse_reply_err(req, ENOMEM);
+		} else {
+			bv->count = (size_t)n;
+			for (int i = 0; i < n; i++) {
+				struct fuse_buf *b = &bv->buf[i];
+				b->size = segs[i].len;
+				if (segs[i].fd >= 0) {
+					/* Spliced from the block file when the kernel allows. */
+					b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+					b->fd = segs[i].fd;
+					b->pos = (off_t)segs[i].off;
+				} else {
+					b->mem = segs[i].buf;
+				}
+			}
+			fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+			free(bv);
+		}
+	}
+	fcl_segs_release(segs, n);
+	if (segs != stack)
+		free(segs);
+	cis_histogram_observe(c->stats.read_seconds, (double)(cis_mono_ns() - t0) / 1e9);
+	if (rc)
+		return;
+
+	uint64_t first;
+	pthread_mutex_lock(&f->lock);
+	uint64_t ahead =
+	    fcl_ra_on_read(&f->ra, (uint64_t)off, size, f->block_size, f->size, &first);
+	pthread_mutex_unlock(&f->lock);
+	if (ahead)
+		fcl_prefetch(c, f, first, ahead);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fcl_file_free((fcl_file *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- the mount is read-only ---- */
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+	(void)attr, (void)to_set, (void)fi;
+	refuse_write(req, "setattr", ino);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	(void)name, (void)mode, (void)rdev;
+	refuse_write(req, "mknod", parent);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)name, (void)mode;
+	refuse_write(req, "mkdir", parent);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)name;
+	refuse_write(req, "unlink", parent);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)name;
+	refuse_write(req, "rmdir", parent);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	(void)link, (void)name;
+	refuse_write(req, "symlink", parent);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags)
+{
+	(void)name, (void)newparent, (void)newname, (void)flags;
+	refuse_write(req, "rename", parent);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	(void)newparent, (void)newname;
+	refuse_write(req, "link", ino);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+	(void)name, (void)mode, (void)fi;
+	refuse_write(req, "create", parent);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+	(void)buf, (void)size, (void)off, (void)fi;
+	refuse_write(req, "write", ino);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+	(void)name, (void)value, (void)size, (void)flags;
+	refuse_write(req, "setxattr", ino);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	(void)name;
+	refuse_write(req, "removexattr", ino);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                         struct fuse_file_info *fi)
+{
+	(void)mode, (void)offset, (void)length, (void)fi;
+	refuse_write(req, "fallocate", ino);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+    .init = op_init,
+    .lookup = op_lookup,
+    .forget = op_forget,
+    .forget_multi = op_forget_multi,
+    .getattr = op_getattr,
+    .statfs = op_statfs,
+    .access = op_access,
+    .opendir = op_opendir,
+    .readdir = op_readdir,
+    .readdirplus = op_readdirplus,
+    .releasedir = op_releasedir,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .setattr = op_setattr,
+    .mknod = op_mknod,
+    .mkdir = op_mkdir,
+    .unlink = op_unlink,
+    .rmdir = op_rmdir,
+    .symlink = op_symlink,
+    .rename = op_rename,
+    .link = op_link,
+    .create = op_create,
+    .write = op_write,
+    .setxattr = op_setxattr,
+    .removexattr = op_removexattr,
+    .fallocate = op_fallocate,
+};
+
+/* ---- background: worker list, leases, bdi readahead ---- */
+
+/* The kernel caps FUSE readahead at the bdi's read_ahead_kb (128 KiB by
+ * default) whatever max_readahead says: raise it to match. Best effort
+ * (needs root). Runs on the background thread: stat() goes through the
+ * mount, which answers only once the session loop runs. */
+static void raise_bdi_readahead(fcl *c)
+{
+	struct stat st;
+	if (stat(c->opts->mountpoint, &st))
+		return;
+	char path[128];
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+	         minor(st.st_dev));
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		cis_debug("cannot raise the mount's readahead", "path=%s err=\"%s\"", path,
+		          strerror(errno));
+		return;
+	}
+	char val[16];
+	int n = snprintf(val, sizeof(val), "%u", MAX_IO / 1024);
+	if (write(fd, val, (size_t)n) != n)
+		cis_debug("cannot raise the mount's readahead", "path=%s err=\"%s\"", path,
+		          strerror(errno));
+	close(fd);
+}
+
+static void *bg_main(void *arg)
+{
+	fcl *c = arg;
+	raise_bdi_readahead(c);
+	pthread_mutex_lock(&c->bg_lock);
+	while (!c->bg_stop) {
+		pthread_mutex_unlock(&c->bg_lock);
+		cis_errmsg em = {{0}};
+		int rc = fcl_workers_refresh(c, &em);
+		if (rc)
+			cis_log_limited(CIS_LOG_WARN, "worker-list", 30,
+			                "cannot refresh the worker list", "err=\"%s\"",
+			                cis_errmsg_or(&em, rc));
+		fcl_local_tick(c);
+		pthread_mutex_lock(&c->bg_lock);
+		if (c->bg_stop)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 2;
+		pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &ts);
+	}
+	pthread_mutex_unlock(&c->bg_lock);
+	return NULL;
+}
+
+/* ---- start-up checks ---- */
+
+/* Whether path (canonical) is a mount point already, from mountinfo. */
+static bool is_mounted(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return false;
+	char line[4096];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		/* id parent maj:min root MOUNTPOINT ...; spaces escaped as \040 */
+		char *save = NULL, *tok = strtok_r(line, " ", &save);
+		for (int i = 0; tok && i < 4; i++)
+			tok = strtok_r(NULL, " ", &save);
+		if (!tok)
+			continue;
+		char un[4096];
+		size_t j = 0;
+		for (size_t i = 0; tok[i] && j + 1 < sizeof(un); i++) {
+			if (tok[i] == '\\' && tok[i + 1] >= '0' && tok[i + 1] <= '3' &&
+			    tok[i + 2] && tok[i + 3]) {
+				un[j++] = (char)((tok[i + 1] - '0') * 64 + (tok[i + 2] - '0') * 8 +
+				                 (tok[i + 3] - '0'));
+				i += 3;
+			} else {
+				un[j++] = tok[i];
+			}
+		}
+		un[j] = 0;
+		found = strcmp(un, path) == 0;
+	}
+	fclose(f);
+	return found;
+}
+
+static int check_mountpoint(const char *mnt, cis_errmsg *em)
+{
+	struct stat st;
+	if (stat(mnt, &st)) {
+		int e = errno;
+		if (e == ENOTCONN)
+			return cis_fail(
+			    em, -e,
+			    "%s: a dead FUSE mount is still there (transport endpoint is "
+			    "not connected): run fusermount3 -u %s",
+			    mnt, mnt);
+		if (e == ENOENT)
+			return cis_fail(em, -e, "%s: mount point does not exist", mnt);
+		return cis_fail(em, -e, "%s: %s", mnt, strerror(e));
+	}
+	if (!S_ISDIR(st.st_mode))
+		return cis_fail(em, -ENOTDIR, "%s: mount point is not a directory", mnt);
+	char real[PATH_MAX];
+	if (realpath(mnt, real) && is_mounted(real))
+		return cis_fail(em, -EBUSY,
+		                "%s: already mounted (unmount it first: fusermount3 -u %s)", mnt,
+		                mnt);
+	if (access(mnt, W_OK) && getuid() != 0)
+		return cis_fail(em, -EACCES, "%s: mount point not writable by this user", mnt);
+	return 0;
+}
+
+/* Whether the metrics port can be bound, checked before the daemon forks
+ * so a clash is reported on the terminal. */
+static int check_port(int port, cis_errmsg *em)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	int rc = 0;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		rc = cis_fail(em, -errno, "metrics port %d: %s (use --http-port)", port,
+		              strerror(errno));
+	close(fd);
+	return rc;
+}
+
+static int build_fuse_args(const fcl_opts *o, struct fuse_args *args)
+{
+	char opts[4096];
+	int n = snprintf(opts, sizeof(opts), "max_read=%u", MAX_IO);
+	const char *user = o->fuse_opts ? o->fuse_opts : "";
+	if (!strstr(user, "fsname="))
+		n += snprintf(opts + n, sizeof(opts) - (size_t)n, ",fsname=cistern");
+	if (!strstr(user, "subtype="))
+		n += snprintf(opts + n, sizeof(opts) - (size_t)n, ",subtype=cistern");
+	if (user[0])
+		n += snprintf(opts + n, sizeof(opts) - (size_t)n, ",%s", user);
+	if (n >= (int)sizeof(opts))
+		return -CIS_E_TOOBIG;
+	if (fuse_opt_add_arg(args, "cistern-fuse") || fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, opts))
+		return -ENOMEM;
+	if (o->debug && fuse_opt_add_arg(args, "-d"))
+		return -ENOMEM;
+	return 0;
+}
+
+/* Resolve --root with a client of its own, closed again before the daemon
+ * forks (a fork keeps no threads). */
+static int resolve_root(fcl *c, cis_errmsg *em)
+{
+	int rc = fcl_master_connect(c, em);
+	if (rc)
+		return rc;
+	fcl_attr a;
+	cis_errmsg why = {{0}};
+	rc = fcl_master_resolve(c, c->opts->root, &a, &why);
+	if (rc == 0)
+		c->root_ino = a.ino;
+	else if (rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EHOSTUNREACH ||
+	         rc == -CIS_E_CLOSED || rc == -ENETUNREACH)
+		cis_fail(em, rc, "cannot reach master at %s: %s", c->opts->master,
+		         cis_errmsg_or(&why, rc));
+	else
+		cis_fail(em, rc, "root %s: %s", c->opts->root, cis_errmsg_or(&why, rc));
+	cis_rpc_client_free(c->master);
+	c->master = NULL;
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	fcl_opts o;
+	cis_errmsg em = {{0}};
+	int rc = fcl_opts_parse(&o, argc, argv, &em);
+	if (rc == 1) {
+		fcl_opts_usage(stdout);
+		fcl_opts_free(&o);
+		return 0;
+	}
+	if (rc) {
+		fprintf(stderr, "cistern-fuse: %s\n", cis_errmsg_or(&em, rc));
+		fcl_opts_usage(stderr);
+		fcl_opts_free(&o);
+		return 2;
+	}
+	enum cis_log_level level = CIS_LOG_INFO;
+	if (cis_log_parse_level(o.log_level, &level))
+		cis_die("log-level: expected debug, info, warn or error, got '%s'", o.log_level);
+	cis_log_init("cistern-fuse", level);
+	signal(SIGPIPE, SIG_IGN);
+
+	fcl c = {.opts = &o, .root_ino = 1};
+	pthread_mutex_init(&c.lock, NULL);
+	pthread_mutex_init(&c.bg_lock, NULL);
+	pthread_cond_init(&c.bg_cond, NULL);
+	if (gethostname(c.hostname, sizeof(c.hostname) - 1))
+		c.hostname[0] = 0;
+
+	int exit_code = 1;
+	if ((rc = check_mountpoint(o.mountpoint, &em)))
+		cis_die("%s", cis_errmsg_or(&em, rc));
+	char real[PATH_MAX];
+	if (realpath(o.mountpoint, real)) { /* the daemon changes to / */
+		free(o.mountpoint);
+		o.mountpoint = strdup(real);
+		if (!o.mountpoint)
+			cis_die("out of memory at start-up");
+	}
+	int log_fd = -1;
+	if (o.log_file) {
+		log_fd = open(o.log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (log_fd < 0)
+			cis_die("log-file %s: %s", o.log_file, strerror(errno));
+	}
+	if (o.http_port && (rc = check_port(o.http_port, &em)))
+		cis_die("%s", cis_errmsg_or(&em, rc));
+	if ((rc = resolve_root(&c, &em)))
+		cis_die("%s", cis_errmsg_or(&em, rc));
+
+	fcl_meta_src src = {fcl_master_lookup, fcl_master_getattr, &c};
+	if (fcl_inodes_new(&c.inodes) || fcl_workers_init(&c) || fcl_stats_init(&c) ||
+	    fcl_meta_new(&src, (uint64_t)(o.entry_timeout * 1000),
+	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
+	                 o.meta_cache, &c.meta) ||
+	    fcl_lru_new(o.meta_cache, CIS_UFS_VERSION_MAX, &c.versions) ||
+	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote))
+		cis_die("out of memory at start-up");
+
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	if (build_fuse_args(&o, &args))
+		cis_die("fuse options too long");
+	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), &c);
+	if (!se)
+		cis_die("fuse: bad options (see the line above): %s",
+		        o.fuse_opts ? o.fuse_opts : "");
+	if (fuse_set_signal_handlers(se))
+		cis_die("cannot install signal handlers");
+	if (fuse_session_mount(se, o.mountpoint))
+		cis_die("%s: mount failed (see the line above)", o.mountpoint);
+	if (fuse_daemonize(o.foreground))
+		cis_die("cannot become a daemon");
+
+	/* From here on we may be the daemon: threads start only now. */
+	if (log_fd >= 0) {
+		dup2(log_fd, STDERR_FILENO);
+		close(log_fd);
+	}
+	cis_http_server *http = NULL;
+	if ((rc = fcl_master_connect(&c, &em)))
+		cis_die("%s", cis_errmsg_or(&em, rc));
+	if (o.http_port) {
+		cis_http_server_opts ho = {
+		    .bind_addr = "0.0.0.0", .port = (uint16_t)o.http_port, .metrics = c.stats.reg};
+		if ((rc = cis_http_server_new(&ho, &http, &em)) ||
+		    (rc = cis_http_server_start(http))) {
+			cis_error("metrics server failed; serving without it", "err=\"%s\"",
+			          cis_errmsg_or(&em, rc));
+			cis_http_server_free(http);
+			http = NULL;
+		}
+	}
+	(void)fcl_workers_refresh(&c, &em);
+	if (pthread_create(&c.bg, NULL, bg_main, &c) == 0)
+		c.bg_started = true;
+	cis_info("mounted", "mountpoint=\"%s\" master=%s root=\"%s\" root_ino=%llu", o.mountpoint,
+	         o.master, o.root, (unsigned long long)c.root_ino);
+
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	if (!lc)
+		cis_die("out of memory at start-up");
+	fuse_loop_cfg_set_clone_fd(lc, 1);
+	fuse_loop_cfg_set_max_threads(lc, (unsigned)o.threads);
+	fuse_loop_cfg_set_idle_threads(lc, (unsigned)(o.threads / 2 ? o.threads / 2 : 1));
+	rc = fuse_session_loop_mt(se, lc);
+	exit_code = rc == 0 ? 0 : 1;
+	fuse_loop_cfg_destroy(lc);
+	cis_info("unmounting", "mountpoint=\"%s\"", o.mountpoint);
+
+	pthread_mutex_lock(&c.bg_lock);
+	c.bg_stop = true;
+	pthread_cond_signal(&c.bg_cond);
+	pthread_mutex_unlock(&c.bg_lock);
+	if (c.bg_started)
+		pthread_join(c.bg, NULL);
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
+	if (http)
+		cis_http_server_free(http);
+	fcl_local_release_all(&c);
+	fcl_local_free(c.local);
+	fcl_remote_free(c.remote);
+	cis_rpc_client_free(c.master);
+	fcl_meta_free(c.meta);
+	fcl_lru_free(c.versions);
+	fcl_inodes_free(c.inodes);
+	fcl_mounts_free(&c);
+	fcl_workers_fini(&c);
+	fcl_stats_free(&c);
+	fcl_opts_free(&o);
+	return exit_code;
+}

@@ -1,0 +1,243 @@
+/* The read path: offset -> block -> owning workers in rendezvous order ->
+ * short-circuit (same host) or streamed TCP read; a worker that fails or
+ * times out is skipped for the next; with none left the client reads the
+ * store itself with the mount's connector. Only a store failure fails the
+ * read, and then the log says what the store said. */
+#include "client.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cistern/log.h"
+#include "cistern/place.h"
+#include "cistern/time.h"
+
+/* OpenLocal of a block the worker already holds answers in microseconds;
+ * a wait at the millisecond scale is a fetch from the store. */
+#define LOCAL_STALL_NS 1000000u
+
+void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
+                  cis_block_id *id)
+{
+	*id = cis_block_id_make(f->mount->id, f->key, f->version, index);
+	for (int i = 0; i < 8; i++) {
+		idbuf[i] = (uint8_t)(id->hi >> (56 - 8 * i));
+		idbuf[8 + i] = (uint8_t)(id->lo >> (56 - 8 * i));
+	}
+	cis__block_ref__init(ref);
+	ref->id.data = idbuf;
+	ref->id.len = 16;
+	ref->mount_id = f->mount->id;
+	ref->key = f->key;
+	ref->version = (char *)f->version;
+	ref->index = index;
+	ref->block_size = f->block_size;
+	ref->file_size = f->size;
+}
+
+void fcl_segs_release(fcl_seg *segs, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (segs[i].fd >= 0)
+			close(segs[i].fd);
+		free(segs[i].buf);
+		segs[i] = (fcl_seg){.fd = -1};
+	}
+}
+
+static void count(fcl *c, enum fcl_path p, size_t len)
+{
+	cis_counter_inc(c->stats.reads[p]);
+	cis_counter_add(c->stats.bytes[p], len);
+}
+
+/* The connector, opened on first use. */
+static int mount_ufs(fcl_mount *m, cis_ufs **out, cis_errmsg *em)
+{
+	int rc = 0;
+	pthread_mutex_lock(&m->lock);
+	if (!m->ufs)
+		rc = cis_ufs_open(m->uri, &m->options, &m->ufs, em);
+	*out = m->ufs;
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+static int store_read(fcl *c, fcl_file *f, uint64_t foff, size_t len, fcl_seg *seg, cis_errmsg *em)
+{
+	cis_ufs *u;
+	int rc = mount_ufs(f->mount, &u, em);
+	if (rc)
+		goto out_fail;
+	char *buf = malloc(len ? len : 1);
+	if (!buf)
+		return -ENOMEM;
+	uint64_t t0 = cis_mono_ns();
+	size_t got = 0;
+	rc = cis_ufs_read_buf(u, f->key, f->version, foff, len, buf, &got, em);
+	if (rc == 0 && got != len)
+		rc = cis_fail(em, -CIS_E_STORE, "%s/%s: short read: %zu of %zu bytes at %llu",
+		              cis_ufs_uri(u), f->key, got, len, (unsigned long long)foff);
+	if (rc) {
+		free(buf);
+		goto out_fail;
+	}
+	cis_histogram_observe(c->stats.stall_seconds, (double)(cis_mono_ns() - t0) / 1e9);
+	*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+	count(c, FCL_PATH_STORE, len);
+	return 0;
+out_fail:
+	cis_counter_inc(c->stats.store_errors);
+	cis_log(CIS_LOG_ERROR, "read failed: the store failed and no worker could serve it",
+	        "ino=%llu key=\"%s\" offset=%llu len=%zu err=\"%s\"", (unsigned long long)f->ino,
+	        f->key, (unsigned long long)foff, len, cis_errmsg_or(em, rc));
+	return rc == -CIS_E_CHANGED ? -ESTALE : -EIO;
+}
+
+static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t boff, size_t len,
+                      fcl_seg *seg, cis_errmsg *em)
+{
+	Cis__BlockRef ref;
+	uint8_t idbuf[16];
+	cis_block_id id;
+	fcl_blockref(f, idx, &ref, idbuf, &id);
+	size_t order[FCL_MAX_TRIES];
+	size_t n = cis_place(id, wl->ids, wl->n, order, FCL_MAX_TRIES);
+
+	for (size_t i = 0; i < n; i++) {
+		const fcl_worker *w = &wl->w[order[i]];
+		cis_errmsg wem = {{0}};
+		int rc;
+		if (w->local) {
+			int fd;
+			uint64_t blen, waited;
+			rc = fcl_local_open(c, w, &ref, &fd, &blen, &waited, &wem);
+			if (rc == 0 && blen < boff + len) {
+				close(fd);
+				rc = cis_fail(
+				    &wem, -CIS_E_PROTO, "block file holds %llu bytes, %llu wanted",
+				    (unsigned long long)blen, (unsigned long long)(boff + len));
+			}
+			if (rc == 0) {
+				if (waited >= LOCAL_STALL_NS)
+					cis_histogram_observe(c->stats.stall_seconds,
+					                      (double)waited / 1e9);
+				*seg = (fcl_seg){.fd = fd, .off = boff, .len = len};
+				count(c, FCL_PATH_LOCAL, len);
+				return 0;
+			}
+		} else {
+			char *buf = malloc(len ? len : 1);
+			if (!buf)
+				return -ENOMEM;
+			bool cached = true;
+			uint64_t t0 = cis_mono_ns();
+			rc = fcl_remote_read(c, w, &ref, boff, len, buf, &cached, &wem);
+			if (rc == 0) {
+				if (!cached)
+					cis_histogram_observe(c->stats.stall_seconds,
+					                      (double)(cis_mono_ns() - t0) / 1e9);
+				*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+				count(c, FCL_PATH_REMOTE, len);
+				return 0;
+			}
+			free(buf);
+		}
+		cis_counter_inc(c->stats.failovers);
+		char cause[64];
+		snprintf(cause, sizeof(cause), "worker-read:%llu", (unsigned long long)w->id);
+		cis_log_limited(CIS_LOG_WARN, cause, 10, "worker read failed, trying the next",
+		                "worker=%llu addr=%s:%u local=%d err=\"%s\"",
+		                (unsigned long long)w->id, w->host, w->port, w->local,
+		                cis_errmsg_or(&wem, rc));
+	}
+	return store_read(c, f, idx * f->block_size + boff, len, seg, em);
+}
+
+int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int nsegs_max,
+             int *nsegs, cis_errmsg *em)
+{
+	*nsegs = 0;
+	if (off >= f->size || size == 0)
+		return 0;
+	if (size > f->size - off)
+		size = (size_t)(f->size - off);
+	uint64_t end = off + size;
+	fcl_wlist *wl = fcl_workers_get(c);
+	int rc = 0;
+	while (off < end) {
+		if (*nsegs == nsegs_max) {
+			rc = cis_fail(em, -CIS_E_INTERNAL, "read spans more than %d blocks",
+			              nsegs_max);
+			break;
+		}
+		uint64_t idx = off / f->block_size;
+		uint64_t boff = off % f->block_size;
+		uint64_t len = f->block_size - boff;
+		if (len > end - off)
+			len = end - off;
+		rc = read_block(c, f, wl, idx, boff, (size_t)len, &segs[*nsegs], em);
+		if (rc)
+			break;
+		(*nsegs)++;
+		off += len;
+	}
+	fcl_workers_put(c, wl);
+	if (rc) {
+		fcl_segs_release(segs, *nsegs);
+		*nsegs = 0;
+	}
+	return rc;
+}
+
+void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
+{
+	if (n > 256)
+		n = 256;
+	fcl_wlist *wl = fcl_workers_get(c);
+	if (wl->n == 0 || n == 0)
+		goto out_put;
+	Cis__BlockRef *refs = calloc(n, sizeof(*refs));
+	Cis__BlockRef **ptrs = calloc(n, sizeof(*ptrs));
+	uint8_t(*ids)[16] = calloc(n, 16);
+	size_t *owner = calloc(n, sizeof(*owner));
+	bool *sent = calloc(n, sizeof(*sent));
+	if (!refs || !ptrs || !ids || !owner || !sent)
+		goto out_free;
+	for (uint64_t i = 0; i < n; i++) {
+		cis_block_id id;
+		fcl_blockref(f, first + i, &refs[i], ids[i], &id);
+		cis_place(id, wl->ids, wl->n, &owner[i], 1);
+	}
+	/* One request per primary owner. */
+	for (uint64_t i = 0; i < n; i++) {
+		if (sent[i])
+			continue;
+		size_t k = 0;
+		for (uint64_t j = i; j < n; j++) {
+			if (!sent[j] && owner[j] == owner[i]) {
+				ptrs[k++] = &refs[j];
+				sent[j] = true;
+			}
+		}
+		cis_errmsg em = {{0}};
+		const fcl_worker *w = &wl->w[owner[i]];
+		int rc = fcl_remote_prefetch(c, w, ptrs, k, &em);
+		if (rc)
+			cis_log_limited(CIS_LOG_DEBUG, "prefetch", 10, "prefetch request failed",
+			                "worker=%llu err=\"%s\"", (unsigned long long)w->id,
+			                cis_errmsg_or(&em, rc));
+		else
+			cis_counter_add(c->stats.prefetch_blocks, k);
+	}
+out_free:
+	free(refs);
+	free(ptrs);
+	free(ids);
+	free(owner);
+	free(sent);
+out_put:
+	fcl_workers_put(c, wl);
+}
