@@ -426,8 +426,25 @@ static void log_tail(const char *path, char *out, size_t len)
 	buf[n] = 0;
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
 		buf[--n] = 0;
-	start = strrchr(buf, '\n');
-	start = start ? start + 1 : buf;
+	/* The last line that says error, else the very last line: a daemon
+	 * often logs its shutdown after the line that explains it. */
+	start = NULL;
+	for (char *end = buf + n; end > buf && !start;) {
+		char *ls = end;
+
+		while (ls > buf && ls[-1] != '\n')
+			ls--;
+		if (memmem(ls, (size_t)(end - ls), "error", 5) ||
+		    memmem(ls, (size_t)(end - ls), "fatal", 5)) {
+			start = ls;
+			*end = 0;
+		}
+		end = ls > buf ? ls - 1 : buf;
+	}
+	if (!start) {
+		start = strrchr(buf, '\n');
+		start = start ? start + 1 : buf;
+	}
 	n = (ssize_t)strlen(start);
 	if ((size_t)n >= len)
 		n = (ssize_t)len - 1;

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# `cistern local`: the whole stack for one machine.
+#  - file:// store, background mode: ready when it returns, files readable and
+#    identical through the mount, a second start on the same mount point
+#    refused, --stop leaves no process and no mount;
+#  - s3rver (SigV4-verifying front), foreground mode (-f): ready line, files
+#    identical, SIGTERM unmounts and stops everything;
+#  - failures: a bucket that does not exist, an unsupported URI, a daemon
+#    that dies at start, a FUSE client that cannot mount: one clear line,
+#    exit 1, nothing left running or mounted.
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/s3.sh"
+
+CISTERN="$CIS_BUILD/cli/cistern"
+for b in "$CISTERN" "$CIS_BUILD/master/cistern-master" "$CIS_BUILD/worker/cistern-worker" \
+	"$CIS_BUILD/fuse/cistern-fuse"; do
+	[ -x "$b" ] || fail "$b is not built"
+done
+[ -e /dev/fuse ] || fail "/dev/fuse is missing"
+command -v fusermount3 >/dev/null || fail "fusermount3 is not installed"
+
+MNT="$CIS_TMP/mnt"
+STATE="$CIS_TMP/state"
+mkdir -p "$MNT"
+
+is_mounted() {
+	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+# Processes whose command line names the state dir (the daemons get paths
+# under it): none may be left after a stop. The pattern's first character is
+# bracketed so that it does not match a command line holding the pattern.
+stack_procs() {
+	pgrep -f -- "[${1:0:1}]${1:1}" || true
+}
+no_stack_procs() {
+	[ -z "$(stack_procs "$1")" ]
+}
+cleanup_stack() {
+	"$CISTERN" local --stop "$MNT" --state-dir "$1" >/dev/null 2>&1 || true
+	fusermount3 -u -z "$MNT" >/dev/null 2>&1 || true
+}
+cis_on_exit "cleanup_stack $STATE"
+cis_on_exit "cleanup_stack $CIS_TMP/state-s3"
+
+assert_stopped() {
+	local state=$1 what=$2
+	wait_for 20 no_stack_procs "$state"
+	[ -z "$(stack_procs "$state")" ] || fail "$what: processes left: $(stack_procs "$state")"
+	is_mounted "$MNT" && fail "$what: $MNT is still mounted"
+	[ ! -e "$state/local.pid" ] || fail "$what: local.pid left behind"
+	return 0
+}
+
+# Files the tests compare: small ones in a tree, one over a block (4 MiB).
+make_tree() {
+	local d=$1
+	mkdir -p "$d/a/b" "$d/c"
+	printf 'hello cistern\n' >"$d/hello.txt"
+	head -c 100000 /dev/urandom >"$d/a/small.bin"
+	head -c 7000000 /dev/urandom >"$d/a/b/big.bin"
+	: >"$d/c/empty"
+}
+compare_tree() {
+	local src=$1 what=$2 f
+	for f in hello.txt a/small.bin a/b/big.bin c/empty; do
+		cmp -s "$src/$f" "$MNT/$f" || fail "$what: $f differs through the mount"
+	done
+	assert_eq "$(cd "$MNT" && find . | sort | tr '\n' ' ')" \
+		"$(cd "$src" && find . | sort | tr '\n' ' ')" "$what: tree listing"
+}
+
+# --- file://, background ------------------------------------------------
+SRC="$CIS_TMP/src"
+make_tree "$SRC"
+log "file:// in the background"
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>&1) ||
+	fail "cistern local file:// failed: $out"
+assert_contains "$out" "cistern local: ready: file://$SRC mounted at $MNT" "ready line"
+is_mounted "$MNT" || fail "$MNT is not mounted after cistern local returned"
+[ -s "$STATE/local.json" ] || fail "local.json missing"
+api=$(jq -r .api "$STATE/local.json")
+master_pid=$(jq -r .master_pid "$STATE/local.json")
+kill -0 "$master_pid" || fail "master pid $master_pid from local.json is not running"
+compare_tree "$SRC" "file://"
+# The stack's master is a real one: the CLI sees the mount.
+assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "file://$SRC" "cistern mounts"
+
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" 2>&1) &&
+	fail "a second cistern local on a busy mount point succeeded: $out"
+assert_contains "$out" "already a mount point" "busy mount point"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || fail "busy mount point: more than one line: $out"
+is_mounted "$MNT" || fail "the refused second start took the first mount away"
+
+out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) || fail "--stop failed: $out"
+assert_contains "$out" "stopped" "--stop"
+assert_stopped "$STATE" "--stop"
+kill -0 "$master_pid" 2>/dev/null && fail "master still running after --stop"
+
+out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) &&
+	fail "--stop with nothing running succeeded: $out"
+assert_contains "$out" "no cistern local running" "--stop twice"
+
+# Restart on the same state dir: the kept mount is reused, data still right.
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>&1) ||
+	fail "restart on the same state dir failed: $out"
+compare_tree "$SRC" "file:// after restart"
+"$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "second --stop failed"
+assert_stopped "$STATE" "second --stop"
+
+# --- s3rver, foreground --------------------------------------------------
+s3_start
+S3SRC="$CIS_TMP/s3src"
+make_tree "$S3SRC"
+(cd "$S3SRC" && find . -type f | sed 's|^\./||') | while read -r f; do
+	curl -sSf -m 30 --aws-sigv4 "aws:amz:$CIS_S3_REGION:s3" \
+		--user "$CIS_S3_ACCESS_KEY:$CIS_S3_SECRET_KEY" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$S3SRC/$f" \
+		"$CIS_S3_ENDPOINT/$CIS_S3_BUCKET/ds/$f" >/dev/null || fail "upload $f"
+done
+S3STATE="$CIS_TMP/state-s3"
+log "s3:// in the foreground"
+AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
+	"$CISTERN" local "s3://$CIS_S3_BUCKET/ds" "$MNT" -f --state-dir "$S3STATE" --timeout 60 \
+	--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true \
+	--option "region=$CIS_S3_REGION" >"$CIS_TMP/fg.out" 2>"$CIS_TMP/fg.err" &
+fg_pid=$!
+cis_on_exit "kill_pid $fg_pid"
+wait_for 90 grep -q "cistern local: ready:" "$CIS_TMP/fg.out" ||
+	fail "foreground stack not ready: $(cat "$CIS_TMP/fg.err")"
+kill -0 "$fg_pid" || fail "cistern local -f returned after the ready line"
+compare_tree "$S3SRC" "s3://"
+fuse_pid=$(jq -r .fuse_pid "$S3STATE/local.json")
+kill -TERM "$fg_pid"
+for _ in $(seq 300); do kill -0 "$fg_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$fg_pid" 2>/dev/null && fail "cistern local -f still running 30 s after SIGTERM"
+wait "$fg_pid" || fail "cistern local -f exited non-zero after SIGTERM: $(cat "$CIS_TMP/fg.err")"
+assert_stopped "$S3STATE" "SIGTERM"
+kill -0 "$fuse_pid" 2>/dev/null && fail "cistern-fuse survived SIGTERM of cistern local"
+assert_contains "$(cat "$CIS_TMP/fg.err")" "stopped" "stop message"
+
+# --- failures --------------------------------------------------------------
+log "a bucket that does not exist"
+out=$(AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
+	"$CISTERN" local "s3://no-such-bucket-$$/x" "$MNT" --state-dir "$S3STATE" --timeout 60 \
+	--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true 2>&1) &&
+	fail "a missing bucket was mounted: $out"
+assert_contains "$out" "no-such-bucket-$$" "missing bucket named in the error"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || fail "missing bucket: more than one line: $out"
+assert_stopped "$S3STATE" "missing bucket"
+
+out=$("$CISTERN" local "ftp://example.com/x" "$MNT" --state-dir "$STATE" 2>&1) &&
+	fail "an ftp:// URI was accepted"
+assert_contains "$out" "unsupported URI" "ftp://"
+assert_stopped "$STATE" "ftp://"
+
+out=$("$CISTERN" local "file://$CIS_TMP/does-not-exist" "$MNT" --state-dir "$STATE" 2>&1) &&
+	fail "a missing directory was mounted: $out"
+assert_contains "$out" "does-not-exist" "missing directory named"
+assert_stopped "$STATE" "missing directory"
+
+# Daemons that fail: stand-ins in a --bin-dir. A master that dies at start
+# must be reported with its last log line; a FUSE client that cannot mount
+# must take the (real) master and worker down with it.
+STUB="$CIS_TMP/stub"
+mkdir -p "$STUB"
+printf '#!/bin/sh\necho "cannot open data dir: injected failure" >&2\nexit 3\n' \
+	>"$STUB/cistern-master"
+ln -s "$CIS_BUILD/worker/cistern-worker" "$STUB/cistern-worker"
+ln -s "$CIS_BUILD/fuse/cistern-fuse" "$STUB/cistern-fuse"
+chmod +x "$STUB/cistern-master"
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$STUB" 2>&1) &&
+	fail "a dying master was not reported"
+assert_contains "$out" "cistern-master exited with status 3: cannot open data dir: injected failure" \
+	"dying master"
+assert_stopped "$STATE" "dying master"
+
+STUB2="$CIS_TMP/stub2"
+mkdir -p "$STUB2"
+ln -s "$CIS_BUILD/master/cistern-master" "$STUB2/cistern-master"
+ln -s "$CIS_BUILD/worker/cistern-worker" "$STUB2/cistern-worker"
+printf '#!/bin/sh\necho "fuse: device not found (injected)" >&2\nexit 4\n' >"$STUB2/cistern-fuse"
+chmod +x "$STUB2/cistern-fuse"
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$STUB2" -f 2>&1) &&
+	fail "a FUSE client that cannot mount was not reported"
+assert_contains "$out" "cistern-fuse exited with status 4" "failing FUSE client"
+assert_stopped "$STATE" "failing FUSE client"
+
+log "test_local: ok"
