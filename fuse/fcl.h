@@ -42,6 +42,7 @@ typedef struct fcl_opts {
 	int worker_timeout_ms;     /* a worker slower than this is skipped */
 	int threads;               /* FUSE worker threads at most */
 	bool foreground;
+	bool no_short_circuit; /* read a same-host worker over TCP too */
 	bool debug;
 	char *log_level;
 	char *log_file;  /* where the daemon logs (it has no stderr) */

@@ -91,6 +91,7 @@ static void log_err(const char *op, uint64_t ino, int rc, const cis_errmsg *em)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
+	conn->max_read = MAX_IO; /* must match the max_read mount option */
 	conn->max_write = MAX_IO;
 	conn->max_readahead = MAX_IO;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)

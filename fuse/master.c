@@ -344,8 +344,8 @@ int fcl_workers_refresh(fcl *c, cis_errmsg *em)
 		w->port = (uint16_t)wi->rpc_port;
 		snprintf(w->unix_path, sizeof(w->unix_path), "%s",
 		         wi->unix_socket ? wi->unix_socket : "");
-		w->local = wi->hostname && strcmp(wi->hostname, c->hostname) == 0 &&
-		           is_socket(w->unix_path);
+		w->local = !c->opts->no_short_circuit && wi->hostname &&
+		           strcmp(wi->hostname, c->hostname) == 0 && is_socket(w->unix_path);
 		wl->ids[wl->n++] = wi->id;
 	}
 	pthread_mutex_lock(&c->lock);

@@ -31,6 +31,7 @@ void fcl_opts_usage(FILE *out)
 	      "  --worker-timeout MS     skip a worker slower than this (default 15000)\n"
 	      "  --threads N             FUSE threads at most (default 16)\n"
 	      "  --log-level L           debug, info, warn, error (default info)\n"
+	      "  --no-short-circuit      read a worker on this host over TCP, not its socket\n"
 	      "  --log-file PATH         append the log here (a daemon has no stderr)\n"
 	      "  -o OPT[,OPT...]         the keys above with '_' or '-', or FUSE mount options\n"
 	      "                          (allow_other, default_permissions, ro, ...)\n"
@@ -126,6 +127,10 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 	}
 	if (strcmp(name, "log-level") == 0)
 		return set_str(&o->log_level, v);
+	if (strcmp(name, "no-short-circuit") == 0) {
+		o->no_short_circuit = true;
+		return 0;
+	}
 	if (strcmp(name, "log-file") == 0)
 		return set_str(&o->log_file, v);
 	return 1;
@@ -233,6 +238,10 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 			const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
 			if (strcmp(name, "foreground") == 0) {
 				o->foreground = true;
+				continue;
+			}
+			if (strcmp(name, "no-short-circuit") == 0) {
+				o->no_short_circuit = true;
 				continue;
 			}
 			if (!v) {
