@@ -371,6 +371,7 @@ static void dispatch_routes(cis_http_server *s, cis_http_req *r)
 			if (!r->replied)
 				cis_http_reply_error(r, 500, "%s %s: handler did not reply",
 				                     r->method, r->path);
+			cis_buf_free(&allow);
 			return;
 		}
 		cis_buf_printf(&allow, "%s%s", allow.len ? ", " : "", rt->method);
