@@ -263,7 +263,8 @@ static int read_names(int dirfd, char ***out, size_t *n_out)
 		free_names(names, n);
 		return err;
 	}
-	qsort(names, n, sizeof(*names), cmp_names);
+	if (n > 1)
+		qsort(names, n, sizeof(*names), cmp_names);
 	*out = names;
 	*n_out = n;
 	return 0;
