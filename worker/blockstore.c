@@ -303,8 +303,9 @@ static void unlink_victims(wrk_bs *bs, victim *v, size_t n)
 	}
 }
 
-/* Evict from dir i until used + need <= target. Returns the victims in
- * *v (caller frees and unlinks). Caller holds mu. */
+/* Evict from dir i until used + need <= target, taking probation blocks
+ * first (see the SLRU). Returns the victims in *v (caller frees and
+ * unlinks). Caller holds mu. */
 static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim **v)
 {
 	bs_dir *d = &bs->dirs[i];
@@ -318,6 +319,10 @@ static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim
 		next = wrk_slru_next_victim(&d->lru, n);
 		if (b->pinned || b->refs > 0)
 			continue;
+		/* The hot set only gives what it must: from protected, evict
+		 * just enough to fit under the high watermark, not the low. */
+		if (n->seg == WRK_SEG_PROTECTED && d->used + need <= d->high)
+			break;
 		if (cnt == cap) {
 			victim *nv = realloc(*v, (cap ? cap * 2 : 16) * sizeof(**v));
 

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# cistern-worker on its own (a file:// mount given with --mount, no
+# master), driven by worker_client: byte ranges compared byte for byte,
+# single flight, short-circuit fds, warm restart after kill -9 with
+# reconcile, corruption (first read after restart and the scrubber),
+# eviction under watermarks, scan resistance, pins and leases, and the
+# faults: files deleted or truncated behind the worker, a full disk, a
+# read-only dir, a vanished dir, a missing object, garbage on both sockets.
+source "$CIS_SRC/tests/integration/lib/common.sh"
+
+WORKER=$CIS_BUILD/worker/cistern-worker
+WC=$CIS_BUILD/tests/worker_client
+[ -x "$WORKER" ] && [ -x "$WC" ] || fail "build cistern-worker and worker_client first"
+
+DATA=$CIS_TMP/data
+mkdir -p "$DATA"
+MB=1048576
+head -c $((5 * MB + 12345)) /dev/urandom >"$DATA/f.bin"
+for i in $(seq 0 24); do head -c $MB /dev/urandom >"$DATA/scan$i"; done
+head -c $((3 * MB)) /dev/urandom >"$DATA/hot"
+echo -n "tiny" >"$DATA/tiny"
+
+# start_worker NAME ARGS...: a worker with state in $CIS_TMP/NAME.
+start_worker() {
+	local name=$1
+	shift
+	local rpc http
+	rpc=$(free_port)
+	http=$(free_port)
+	"$WORKER" --bind 127.0.0.1 --host 127.0.0.1 --rpc-port "$rpc" --http-port "$http" \
+		--state-dir "$CIS_TMP/$name.state" --mount "1=file://$DATA" --fetch-threads 4 "$@" \
+		>>"$CIS_TMP/$name.log" 2>&1 &
+	local pid=$!
+	cis_on_exit "kill -9 $pid"
+	eval "${name}_PID=$pid ${name}_RPC=$rpc ${name}_HTTP=$http"
+	wait_for 20 curl -fsS "http://127.0.0.1:$http/healthz"
+}
+
+# wc NAME KEY CMD ARGS...
+wcl() {
+	local name=$1 key=$2
+	shift 2
+	local rpc_var=${name}_RPC
+	"$WC" --tcp "127.0.0.1:${!rpc_var}" --unix "$CIS_TMP/$name.state/worker.sock" \
+		--uri "file://$DATA" --key "$key" --mount-id 1 --block-size 1M "$@"
+}
+
+metric() { # metric NAME METRIC
+	local http_var=${1}_HTTP
+	curl -fsS "http://127.0.0.1:${!http_var}/metrics" | awk -v n="$2" '$1 == n { print $2 }'
+}
+
+# expect FILE OFF LEN: the source bytes of FILE [OFF, OFF+LEN)
+expect() {
+	tail -c +$(($2 + 1)) "$DATA/$1" | head -c "$3"
+}
+
+# ---------------------------------------------------------------- reads
+start_worker W1 --cache-dir "$CIS_TMP/c1:64M"
+size=$(stat -c %s "$DATA/f.bin")
+log "byte ranges"
+for spec in "0 0 0" "0 0 1" "0 1 1" "0 $((MB - 1)) 1" "0 $((MB - 1)) 10" "1 12345 54321" \
+	"2 0 $MB" "3 100 0" "5 0 0" "5 12344 1" "5 12345 0" "5 0 99999999" "4 $((MB / 2)) $MB"; do
+	set -- $spec
+	blen=$MB
+	[ "$1" = 5 ] && blen=12345
+	len=$3
+	{ [ "$len" = 0 ] || [ $(($2 + len)) -gt $blen ]; } && len=$((blen - $2))
+	wcl W1 f.bin read $spec >"$CIS_TMP/out"
+	cmp "$CIS_TMP/out" <(expect f.bin $(($1 * MB + $2)) $len) || fail "range $spec differs"
+done
+wcl W1 f.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$DATA/f.bin" || fail "whole file differs"
+wcl W1 tiny read 0 0 0 >"$CIS_TMP/out"
+assert_eq "$(cat "$CIS_TMP/out")" "tiny" "one short block"
+if wcl W1 f.bin read 5 12346 1 2>"$CIS_TMP/err"; then fail "read past the block end succeeded"; fi
+assert_contains "$(cat "$CIS_TMP/err")" "past the end"
+if wcl W1 f.bin read 6 0 0 2>"$CIS_TMP/err"; then fail "a block past the file end was read"; fi
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" 7 "one store read per block"
+
+log "local short-circuit"
+wcl W1 f.bin local 2 >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" <(expect f.bin $((2 * MB)) $MB) || fail "local fd bytes differ"
+wcl W1 scan0 local 0 >"$CIS_TMP/out" # a miss: fetched, then the fd
+cmp "$CIS_TMP/out" "$DATA/scan0" || fail "local fd of a fetched block differs"
+if "$WC" --tcp "127.0.0.1:$W1_RPC" --unix /nonexistent --uri "file://$DATA" --key f.bin \
+	--mount-id 1 local 0 2>/dev/null; then fail "local on a missing socket"; fi
+[ "$(metric W1 'cistern_worker_served_bytes_total{path="local"}')" -ge $((2 * MB)) ] ||
+	fail "local bytes not counted"
+
+log "single flight: 32 readers of one cold block"
+reads0=$(metric W1 cistern_worker_store_reads_total)
+wcl W1 scan1 parallel 32 0 >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$DATA/scan1" || fail "parallel readers got wrong bytes"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "32 readers, one fetch"
+
+log "prefetch and load"
+out=$(wcl W1 scan2 prefetch 0)
+assert_contains "$out" "queued 1"
+out=$(wcl W1 scan3 load 0)
+assert_contains "$out" "code=0"
+out=$(wcl W1 scan3 load 0)
+assert_contains "$out" "cached=1"
+wait_for 10 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1==\"cistern_worker_fetches_in_flight\"{print \$2}') = 0 ]"
+reads0=$(metric W1 cistern_worker_store_reads_total)
+wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "prefetched block differs"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" "$reads0" "prefetched block was cached"
+
+log "free"
+out=$(wcl W1 scan2 free 0)
+assert_contains "$out" "freed 1"
+wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "freed block re-read differs"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "freed block fetched again"
+
+log "block file deleted or truncated behind the worker"
+id=$(wcl W1 f.bin id 1)
+rm "$CIS_TMP/c1/${id:0:2}/$id"
+wcl W1 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "deleted block re-read"
+id=$(wcl W1 f.bin id 2)
+truncate -s 1000 "$CIS_TMP/c1/${id:0:2}/$id"
+wcl W1 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "truncated block re-read"
+wcl W1 f.bin local 2 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "local after truncation"
+
+log "missing object: clear error, others still served"
+echo gone >"$DATA/gone"
+wcl W1 gone id 0 >/dev/null
+ver_args=$(wcl W1 gone id 0)
+cp "$DATA/gone" "$CIS_TMP/gone.keep"
+rm "$DATA/gone"
+if wcl W1 gone read 0 0 0 2>"$CIS_TMP/err"; then fail "read of a removed object succeeded"; fi
+cp "$CIS_TMP/gone.keep" "$DATA/gone"
+wcl W1 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "worker stopped serving"
+
+log "garbage on the RPC port and the Unix socket"
+python3 - "$W1_RPC" "$CIS_TMP/W1.state/worker.sock" <<'EOF'
+import os, socket, sys
+for fam, addr in ((socket.AF_INET, ("127.0.0.1", int(sys.argv[1]))), (socket.AF_UNIX, sys.argv[2])):
+    for junk in (os.urandom(4096), b"\xc1\x57\x01\x00" + b"\xff" * 60, b"GET / HTTP/1.0\r\n\r\n"):
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect(addr)
+        s.sendall(junk)
+        try:
+            s.recv(100)
+        except Exception:
+            pass
+        s.close()
+EOF
+wcl W1 f.bin read 3 0 100 | cmp - <(expect f.bin $((3 * MB)) 100) || fail "served after garbage"
+wcl W1 f.bin local 3 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "local after garbage"
+kill -0 "$W1_PID" || fail "worker died on garbage"
+
+# ---------------------------------------------------------------- warm restart
+log "warm restart after kill -9"
+wcl W1 f.bin cat >/dev/null
+kill -9 "$W1_PID"
+wait "$W1_PID" 2>/dev/null || true
+touch "$CIS_TMP/c1/.tmp/leftover.1"
+mkdir -p "$CIS_TMP/c1/ee"
+echo junk >"$CIS_TMP/c1/ee/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+gone_id=$(wcl W1 scan1 id 0)
+rm "$CIS_TMP/c1/${gone_id:0:2}/$gone_id"
+bad_id=$(wcl W1 f.bin id 4)
+printf 'XXXXXXXX' | dd of="$CIS_TMP/c1/${bad_id:0:2}/$bad_id" bs=1 seek=4096 conv=notrunc 2>/dev/null
+start_worker W1 --cache-dir "$CIS_TMP/c1:64M"
+[ -e "$CIS_TMP/c1/.tmp/leftover.1" ] && fail "temporary file survived the restart"
+[ -e "$CIS_TMP/c1/ee/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee" ] && fail "unknown file survived"
+assert_contains "$(cat "$CIS_TMP/W1.log")" "dropped index entries without a good block file"
+wcl W1 f.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$DATA/f.bin" || fail "file after restart differs"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" 1 "only the corrupted block is fetched again"
+assert_eq "$(metric W1 cistern_worker_checksum_failures_total)" 1 "corruption detected on first read"
+wcl W1 scan1 read 0 0 0 | cmp - "$DATA/scan1" || fail "dropped entry re-fetched"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" 2 "missing file fetched again"
+
+log "scrubber finds a corrupted block"
+kill_pid "$W1_PID"
+start_worker W1 --cache-dir "$CIS_TMP/c1:64M" --scrub-interval 200ms --scrub-pause 1ms
+wait_for 20 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1==\"cistern_worker_scrubbed_blocks_total\"{print \$2}') -ge 10 ]"
+bad_id=$(wcl W1 f.bin id 0)
+printf 'XXXXXXXX' | dd of="$CIS_TMP/c1/${bad_id:0:2}/$bad_id" bs=1 seek=10 conv=notrunc 2>/dev/null
+wait_for 20 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1==\"cistern_worker_checksum_failures_total\"{print \$2}') = 1 ]"
+wcl W1 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "scrubbed block served corrupted"
+kill_pid "$W1_PID"
+
+# ---------------------------------------------------------------- eviction
+log "eviction keeps usage under the high watermark; pins and leases hold"
+start_worker W2 --cache-dir "$CIS_TMP/c2:8M" --high-watermark 0.9 --low-watermark 0.7
+high=$((8 * MB * 9 / 10))
+wcl W2 f.bin read 0 0 0 >/dev/null
+out=$(wcl W2 f.bin pin 0)
+assert_contains "$out" "changed 1"
+# The hot set: read twice, so it sits in the protected segment.
+for r in 1 2; do wcl W2 hot cat >/dev/null; done
+wcl W2 f.bin hold 1 60000 >"$CIS_TMP/hold.out" 2>/dev/null &
+HOLD=$!
+cis_on_exit "kill $HOLD"
+wait_for 10 grep -q held "$CIS_TMP/hold.out"
+for i in $(seq 0 24); do
+	wcl W2 "scan$i" read 0 0 0 | cmp - "$DATA/scan$i" || fail "scan$i differs"
+	used=$(wcl W2 f.bin stat | awk 'NR==1 {print $2}')
+	[ "$used" -le "$high" ] || fail "usage $used over the high watermark $high"
+done
+[ "$(metric W2 cistern_worker_evictions_total)" -gt 10 ] || fail "nothing was evicted"
+reads0=$(metric W2 cistern_worker_store_reads_total)
+wcl W2 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "pinned block differs"
+wcl W2 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "leased block differs"
+wcl W2 hot cat | cmp - "$DATA/hot" || fail "hot set differs"
+assert_eq "$(metric W2 cistern_worker_store_reads_total)" "$reads0" \
+	"pinned, leased and hot blocks survived a scan larger than the cache"
+kill "$HOLD" 2>/dev/null || true
+out=$(wcl W2 f.bin unpin 0)
+assert_contains "$out" "changed 1"
+kill_pid "$W2_PID"
+
+# ---------------------------------------------------------------- disk faults
+log "full disk (ENOSPC): served from the store uncached"
+mkdir -p "$CIS_TMP/small" "$CIS_TMP/ro"
+mount -t tmpfs -o size=1500k tmpfs "$CIS_TMP/small" || fail "cannot mount a tmpfs (root needed)"
+cis_on_exit "umount -l $CIS_TMP/small"
+start_worker W3 --cache-dir "$CIS_TMP/small:64M"
+wcl W3 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "first block"
+for b in 1 2 3; do
+	wcl W3 f.bin read $b 0 0 | cmp - <(expect f.bin $((b * MB)) $MB) || fail "block $b on a full disk"
+done
+[ "$(metric W3 cistern_worker_disk_errors_total)" -ge 1 ] || fail "ENOSPC not counted"
+[ "$(metric W3 cistern_worker_direct_reads_total)" -ge 1 ] || fail "no uncached read"
+wcl W3 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "cached block after ENOSPC"
+n=$(grep -c "cache dir failed" "$CIS_TMP/W3.log" || true)
+[ "$n" -le 2 ] || fail "ENOSPC logged $n times"
+if wcl W3 f.bin local 3 >/dev/null 2>"$CIS_TMP/err"; then :; else
+	assert_contains "$(cat "$CIS_TMP/err")" "cache"
+fi
+kill_pid "$W3_PID"
+
+log "read-only cache dir"
+mkdir -p "$CIS_TMP/ro"
+start_worker W4 --cache-dir "$CIS_TMP/ro:64M"
+wcl W4 f.bin read 0 0 0 >/dev/null
+mount --bind "$CIS_TMP/ro" "$CIS_TMP/ro"
+cis_on_exit "umount -l $CIS_TMP/ro"
+mount -o remount,ro,bind "$CIS_TMP/ro"
+wcl W4 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "cached block on a ro dir"
+wcl W4 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "new block on a ro dir"
+wcl W4 f.bin read 2 5 100 | cmp - <(expect f.bin $((2 * MB + 5)) 100) || fail "range on a ro dir"
+[ "$(metric W4 cistern_worker_direct_reads_total)" -ge 2 ] || fail "ro dir: no uncached reads"
+out=$(wcl W4 f.bin stat)
+assert_contains "$out" " 0 " # writable 0
+umount "$CIS_TMP/ro"
+wait_for 10 bash -c "'$WC' --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {exit \$5 != 1}'"
+kill_pid "$W4_PID"
+
+log "a cache dir that vanishes"
+start_worker W5 --cache-dir "$CIS_TMP/c5:64M"
+wcl W5 f.bin read 0 0 0 >/dev/null
+rm -rf "$CIS_TMP/c5"
+wcl W5 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "block of a vanished dir"
+wcl W5 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "new block, vanished dir"
+mkdir -p "$CIS_TMP/c5"
+wait_for 10 bash -c "'$WC' --tcp 127.0.0.1:$W5_RPC stat | awk 'NR==1 {exit \$5 != 1}'"
+wcl W5 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "after the dir came back"
+kill -0 "$W5_PID" || fail "worker died"
+kill_pid "$W5_PID"
+
+log "bad flags"
+if "$WORKER" --cache-dir "$CIS_TMP/x:lots" 2>"$CIS_TMP/err"; then fail "bad size accepted"; fi
+assert_contains "$(cat "$CIS_TMP/err")" "bad size"
+if "$WORKER" 2>"$CIS_TMP/err"; then fail "no cache dir accepted"; fi
+assert_contains "$(cat "$CIS_TMP/err")" "cache-dir"
+
+log "ok"
