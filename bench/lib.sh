@@ -1,0 +1,125 @@
+# Shared by the bench/*.sh scripts (sourced). Reuses the integration tests'
+# rig (tests/integration/lib: CIS_TMP, traps, s3rver) and adds:
+#   bench_store_up        s3rver, plus bench/shape-proxy.js in front of it;
+#                         sets PLAIN_ENDPOINT and SHAPED_ENDPOINT
+#   bench_upload DIR PFX  copy a local tree into the bucket under PFX
+#   bench_compare NAME STORE PFX DIR PARAMS_JSON -- WORKLOAD...
+#                         bench/compare.py against that store; results in
+#                         $BENCH_RESULTS/NAME-STORE.json
+# Knobs (environment): BENCH_REPEATS (3), BENCH_STORES ("plain shaped"),
+# BENCH_SYSTEMS, SHAPE_LATENCY_MS (20), SHAPE_CONN_MBPS (100),
+# SHAPE_TOTAL_MBPS (1000), BENCH_DATA (where generated datasets are kept),
+# BENCH_VIA_FRONT=1 (go through the SigV4-verifying front; by default the
+# benchmarks talk to s3rver directly, which does not check signatures, so
+# the front's extra proxy hop and signature checks do not cost CPU that the
+# two cores are short of; every system is signed either way).
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CIS_SRC=${CIS_SRC:-$(cd "$BENCH_DIR/.." && pwd)}
+CIS_BUILD=${CIS_BUILD:-$CIS_SRC/build}
+export CIS_SRC CIS_BUILD
+# shellcheck source=../tests/integration/lib/common.sh
+source "$CIS_SRC/tests/integration/lib/common.sh"
+# shellcheck source=../tests/integration/lib/s3.sh
+source "$CIS_SRC/tests/integration/lib/s3.sh"
+
+BENCH_RESULTS=${BENCH_RESULTS:-$CIS_SRC/bench/results}
+BENCH_DATA=${BENCH_DATA:-$CIS_BUILD/bench-data}
+BENCH_REPEATS=${BENCH_REPEATS:-3}
+BENCH_STORES=${BENCH_STORES:-plain shaped}
+BENCH_SYSTEMS=${BENCH_SYSTEMS:-limit,local,copyfirst,s3fs,rclone,cistern}
+SHAPE_LATENCY_MS=${SHAPE_LATENCY_MS:-20}
+SHAPE_CONN_MBPS=${SHAPE_CONN_MBPS:-100}
+SHAPE_TOTAL_MBPS=${SHAPE_TOTAL_MBPS:-1000}
+mkdir -p "$BENCH_RESULTS" "$BENCH_DATA"
+# s3rver keeps its objects under CIS_TMP: put that on the same disk as the
+# data rather than a small tmpfs.
+export TMPDIR=${TMPDIR:-$BENCH_DATA}
+
+bench_store_up() {
+	s3_start
+	if [ "${BENCH_VIA_FRONT:-0}" = 1 ]; then
+		PLAIN_ENDPOINT=$CIS_S3_ENDPOINT
+		BENCH_ACCESS_KEY=$CIS_S3_ACCESS_KEY BENCH_SECRET_KEY=$CIS_S3_SECRET_KEY
+	else
+		# s3rver's own (fixed) credentials: it checks the key id.
+		PLAIN_ENDPOINT="http://127.0.0.1:$S3RVER_PORT"
+		BENCH_ACCESS_KEY=S3RVER BENCH_SECRET_KEY=S3RVER
+	fi
+	export BENCH_ACCESS_KEY BENCH_SECRET_KEY
+	local port
+	port=$(free_port)
+	node "$BENCH_DIR/shape-proxy.js" --listen "127.0.0.1:$port" \
+		--upstream "${PLAIN_ENDPOINT#http://}" --latency-ms "$SHAPE_LATENCY_MS" \
+		--conn-mbps "$SHAPE_CONN_MBPS" --total-mbps "$SHAPE_TOTAL_MBPS" \
+		>"$CIS_TMP/shape.log" 2>&1 &
+	SHAPE_PID=$!
+	disown "$SHAPE_PID"
+	cis_on_exit "kill_pid $SHAPE_PID"
+	wait_for 20 grep -q "shape-proxy ready" "$CIS_TMP/shape.log"
+	SHAPED_ENDPOINT="http://127.0.0.1:$port"
+	export PLAIN_ENDPOINT SHAPED_ENDPOINT
+	log "bench: store plain $PLAIN_ENDPOINT, shaped $SHAPED_ENDPOINT" \
+		"(${SHAPE_LATENCY_MS} ms, ${SHAPE_CONN_MBPS} MB/s per connection, ${SHAPE_TOTAL_MBPS} MB/s total)"
+}
+
+bench_rclone_env() {
+	export RCLONE_CONFIG_BENCH_TYPE=s3 RCLONE_CONFIG_BENCH_PROVIDER=Other \
+		RCLONE_CONFIG_BENCH_ENDPOINT=$PLAIN_ENDPOINT \
+		RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=$BENCH_ACCESS_KEY \
+		RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=$BENCH_SECRET_KEY \
+		RCLONE_CONFIG_BENCH_REGION=$CIS_S3_REGION RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE=true
+}
+
+bench_upload() {
+	local dir=$1 prefix=$2
+	bench_rclone_env
+	log "bench: uploading $(du -sh "$dir" | cut -f1) from $dir to $prefix"
+	# rclone 1.60 cannot combine AWS_CA_BUNDLE with its own transport; the
+	# store is plain HTTP on loopback anyway.
+	env -u AWS_CA_BUNDLE rclone copy "$dir" "bench:$CIS_S3_BUCKET/$prefix" --transfers 16 --checkers 16 \
+		--s3-upload-concurrency 4 --no-check-dest --s3-disable-checksum ||
+		fail "upload of $dir failed"
+}
+
+bench_compare() {
+	local name=$1 store=$2 prefix=$3 dir=$4 params=$5 endpoint
+	shift 5
+	[ "$1" = "--" ] && shift
+	case $store in
+	plain) endpoint=$PLAIN_ENDPOINT ;;
+	shaped) endpoint=$SHAPED_ENDPOINT ;;
+	*) fail "unknown store $store" ;;
+	esac
+	python3 "$BENCH_DIR/compare.py" --benchmark "$name" --store-label "$store" \
+		--endpoint "$endpoint" --bucket "$CIS_S3_BUCKET" --prefix "$prefix" \
+		--region "$CIS_S3_REGION" --access-key "$BENCH_ACCESS_KEY" \
+		--secret-key "$BENCH_SECRET_KEY" --local-dir "$dir" \
+		--systems "${BENCH_SYSTEMS_OVERRIDE:-$BENCH_SYSTEMS}" --repeats "$BENCH_REPEATS" \
+		--cistern "$CIS_BUILD/cli/cistern" --work-dir "$BENCH_DATA" \
+		--params "$params" --out "$BENCH_RESULTS/$name-$store.json" ${BENCH_COMPARE_FLAGS:-} \
+		-- "$@"
+}
+
+# gen_files DIR COUNT SIZE_BYTES DIRS: COUNT random files spread over DIRS
+# directories; made once (DIR.made records the parameters).
+gen_files() {
+	local dir=$1 count=$2 size=$3 ndirs=$4 want
+	want="$count $size $ndirs"
+	[ -f "$dir.made" ] && [ "$(cat "$dir.made")" = "$want" ] && return 0
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	log "bench: generating $count files of $size bytes in $ndirs dirs under $dir"
+	python3 - "$dir" "$count" "$size" "$ndirs" <<'PY'
+import os, sys
+top, count, size, ndirs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+blob = os.urandom(max(size, 1) + 4096)
+for i in range(count):
+    d = os.path.join(top, f"d{i % ndirs:04d}")
+    if i < ndirs:
+        os.makedirs(d, exist_ok=True)
+    off = (i * 7919) % 4096  # distinct contents without paying urandom per file
+    with open(os.path.join(d, f"f{i:07d}.bin"), "wb") as f:
+        f.write(i.to_bytes(8, "little") + blob[off:off + max(size - 8, 0)] if size >= 8 else blob[:size])
+PY
+	echo "$want" >"$dir.made"
+}

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Renders bench/results/*.json into docs/benchmarks.md and PNG charts
+(gnuplot) in docs/benchmarks/. Standard library only.
+
+Every figure in the tables is a median over the repeats of one `make bench`
+run, and every ratio is against a baseline measured in that same run: the
+store's own limit (curl, 16 parallel GETs) for cold figures, local disk for
+warm ones, and the peers for Cistern's targets.
+Usage: report.py [--results DIR] [--out docs/benchmarks.md] [--notes FILE]
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+ORDER = ["local", "copyfirst", "s3fs", "rclone", "cistern", "cistern+load"]
+LABEL = {
+    "local": "local disk (baseline)",
+    "copyfirst": "copy first (rclone copy, 16 transfers)",
+    "s3fs": "s3fs (use_cache, 16 parallel)",
+    "rclone": "rclone mount (vfs full)",
+    "cistern": "Cistern",
+    "cistern+load": "Cistern + `cistern load`",
+}
+CATEGORY = {
+    "local": "baseline",
+    "copyfirst": "duplicate to local storage first",
+    "s3fs": "access the store directly",
+    "rclone": "access the store directly",
+    "cistern": "orchestrate with Cistern",
+    "cistern+load": "orchestrate with Cistern",
+}
+UNIT = {"seq": "MB/s", "small": "files/s", "meta": "stats/s"}
+TITLE = {
+    "large": "1. Large sequential files",
+    "small": "2. Small files",
+    "meta": "3. Metadata: find + stat",
+    "train-files": "4a. Training simulation, small files (ImageNet-like)",
+    "train-shards": "4b. Training simulation, large shards (WebDataset-like)",
+}
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def machine(src):
+    cpu = sh("lscpu | sed -n 's/^Model name: *//p' | head -1") or platform.processor()
+    mem = sh("free -g | awk '/^Mem:/ {print $2}'")
+    disk = sh(f"df -h {src} | awk 'NR==2 {{print $1\" (\"$2\")\"}}'")
+    s3rver = ""
+    try:
+        with open(os.path.join(src, "tests/node/package.json")) as f:
+            s3rver = json.load(f)["dependencies"].get("s3rver", "")
+    except (OSError, ValueError, KeyError):
+        pass
+    return [
+        ("CPU", f"{cpu}, {os.cpu_count()} cores"),
+        ("memory", f"{mem} GiB"),
+        ("disk", disk),
+        ("kernel", platform.release()),
+        ("Cistern", sh(f"git -C {src} rev-parse --short HEAD") or "unknown"),
+        ("s3rver", s3rver),
+        ("s3fs", sh("s3fs --version 2>&1 | head -1 | sed 's/Amazon Simple Storage Service File System //'")),
+        ("rclone", sh("rclone version 2>/dev/null | head -1")),
+        ("curl", sh("curl --version | head -1 | cut -d' ' -f1-2")),
+        ("node", sh("node --version")),
+        ("python", platform.python_version()),
+    ]
+
+
+def fmt(v, digits=None):
+    if v is None:
+        return "—"
+    if digits is not None:
+        return f"{v:.{digits}f}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def ratio(a, b):
+    if a is None or b in (None, 0):
+        return None
+    return a / b
+
+
+def verdict(r, goal):
+    if r is None:
+        return "not measured"
+    return "met" if r >= goal else "not met"
+
+
+def chart(path, title, ylabel, rows, series):
+    """Clustered bars: rows [(label, [values per series])]."""
+    if not shutil.which("gnuplot") or not rows:
+        return False
+    data = path + ".dat"
+    with open(data, "w") as f:
+        f.write("system " + " ".join(f'"{s}"' for s in series) + "\n")
+        for label, vals in rows:
+            f.write(f'"{label}" ' + " ".join("NaN" if v is None else f"{v:.6g}"
+                                              for v in vals) + "\n")
+    plot = ", ".join(
+        f"'{data}' using {i + 2}:xtic(1) title columnhead" for i in range(len(series)))
+    script = f"""
+set terminal pngcairo size 900,420 font ',10'
+set output '{path}'
+set title '{title}'
+set ylabel '{ylabel}'
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set grid ytics
+set yrange [0:*]
+set key top right
+set xtics rotate by -20
+plot {plot}
+"""
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    os.unlink(data)
+    return r.returncode == 0
+
+
+def table_rate(d, kind, md, charts_dir, rel):
+    unit = UNIT[kind]
+    lim = d.get("limit")
+    limv = None
+    if lim:
+        limv = lim["MBps"] if kind == "seq" else lim["files_per_s"]
+    s = d["systems"]
+    local = s.get("local", {}).get("cold")
+    md.append(f"| system | cold ({unit}) | cold ÷ store limit | warm ({unit}) | warm ÷ local disk |")
+    md.append("|---|---:|---:|---:|---:|")
+    if lim:
+        md.append(f"| store limit (curl --parallel-max 16) | {fmt(limv)} | 1.00 | — | — |")
+    rows = []
+    for name in ORDER:
+        e = s.get(name)
+        if not e:
+            continue
+        md.append(f"| {LABEL[name]} | {fmt(e['cold'])} | {fmt(ratio(e['cold'], limv), 2)} | "
+                  f"{fmt(e.get('warm'))} | {fmt(ratio(e.get('warm'), local), 2)} |")
+        rows.append((name, [e["cold"], e.get("warm")]))
+    if lim:
+        rows.insert(0, ("store limit", [limv, None]))
+    png = f"{d['benchmark']}-{d['store']}.png"
+    if chart(os.path.join(charts_dir, png), f"{TITLE.get(d['benchmark'], d['benchmark'])} "
+             f"({d['store']} store)", unit, rows, ["cold", "warm"]):
+        md.append("")
+        md.append(f"![{d['benchmark']} {d['store']}]({rel}/{png})")
+    return limv
+
+
+def targets_rate(d, kind, limv, md):
+    s = d["systems"]
+    g = lambda n, k: (s.get(n) or {}).get(k)
+    out = []
+    c = g("cistern", "cold")
+    if d["benchmark"] == "large":
+        out += [("cold ≥ 2 × s3fs", ratio(c, g("s3fs", "cold")), 2),
+                ("cold ≥ 2 × rclone", ratio(c, g("rclone", "cold")), 2),
+                ("cold ≥ 0.8 × store limit", ratio(c, limv), 0.8),
+                ("warm ≥ 0.85 × local disk", ratio(g("cistern", "warm"), g("local", "cold")), 0.85)]
+    elif d["benchmark"] == "small":
+        out += [("cold ≥ 0.8 × store limit", ratio(c, limv), 0.8),
+                ("warm ≥ 0.7 × local disk", ratio(g("cistern", "warm"), g("local", "cold")), 0.7)]
+    elif d["benchmark"] == "meta":
+        out += [("warm ≥ 10 × s3fs warm", ratio(g("cistern", "warm"), g("s3fs", "warm")), 10)]
+    return out
+
+
+def table_train(d, md, charts_dir, rel):
+    s = d["systems"]
+    lim = d.get("limit")
+    limfps = lim["files_per_s"] if lim else None
+    if d["benchmark"] == "train-shards" and lim:
+        # Samples are 128 KiB pieces of the shards: the limit in samples/s.
+        kib = d["params"].get("sample_kib", 128)
+        limfps = lim["MBps"] * 1e6 / (kib * 1024)
+    n_ep = max((len(e["cold"]["au"]) for e in s.values()), default=0)
+    head = "| approach | system | time to first batch (s) | " + " | ".join(
+        f"AU epoch {i + 1}" for i in range(n_ep)) + " | epoch 1 samples/s | ÷ store limit | total (s) |"
+    md.append(head)
+    md.append("|---|---|---:|" + "---:|" * n_ep + "---:|---:|---:|")
+    rows = []
+    for name in ORDER:
+        e = s.get(name)
+        if not e:
+            continue
+        c = e["cold"]
+        sps = c["samples_per_s"][0] if c["samples_per_s"] else None
+        md.append(f"| {CATEGORY[name]} | {LABEL[name]} | {fmt(c['time_to_first_batch'])} | "
+                  + " | ".join(fmt(a, 3) for a in c["au"]) +
+                  f" | {fmt(sps)} | {fmt(ratio(sps, limfps), 2)} | {fmt(c['total_seconds'])} |")
+        rows.append((name, c["au"]))
+    if lim:
+        md.append(f"\nStore limit in the same run: {fmt(limfps)} samples/s "
+                  f"({fmt(lim['MBps'])} MB/s, curl --parallel-max 16).")
+    png = f"{d['benchmark']}-{d['store']}.png"
+    if chart(os.path.join(charts_dir, png), f"{TITLE.get(d['benchmark'])} ({d['store']} store)",
+             "accelerator utilization", rows, [f"epoch {i + 1}" for i in range(n_ep)]):
+        md.append("")
+        md.append(f"![{d['benchmark']} {d['store']}]({rel}/{png})")
+    return limfps
+
+
+def targets_train(d, limfps):
+    s = d["systems"]
+    out = []
+    loc = s.get("local")
+    if loc:
+        out.append(("local disk AU ≥ 0.98 (calibration)", min(loc["cold"]["au"]), 0.98))
+    cl = s.get("cistern+load")
+    if cl:
+        c = cl["cold"]
+        out.append(("epoch 1 with load: samples/s ≥ 0.8 × store limit",
+                    ratio(c["samples_per_s"][0], limfps), 0.8))
+        for peer in ("copyfirst", "s3fs", "rclone"):
+            if peer in s:
+                out.append((f"epoch 1 with load: AU ≥ 2 × {peer}",
+                            ratio(c["au"][0], s[peer]["cold"]["au"][0]), 2))
+        if len(c["au"]) > 1:
+            out.append(("epoch 2+ AU ≥ 0.97", min(c["au"][1:]), 0.97))
+    else:
+        out.append(("Cistern + load targets", None, 1))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.dirname(here)
+    p.add_argument("--results", default=os.path.join(here, "results"))
+    p.add_argument("--out", default=os.path.join(src, "docs", "benchmarks.md"))
+    p.add_argument("--notes", default=None, help="markdown appended under 'This run'")
+    a = p.parse_args()
+    charts_dir = os.path.join(os.path.dirname(a.out), "benchmarks")
+    os.makedirs(charts_dir, exist_ok=True)
+    rel = "benchmarks"
+    results = []
+    for f in sorted(glob.glob(os.path.join(a.results, "*.json"))):
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+            if "benchmark" in d and "systems" in d:
+                results.append(d)
+        except (OSError, ValueError) as e:
+            print(f"report: {f}: {e}", file=sys.stderr)
+    order = list(TITLE)
+    results.sort(key=lambda d: (order.index(d["benchmark"]) if d["benchmark"] in order else 99,
+                                d["store"] != "plain"))
+
+    md = ["# Benchmarks", "",
+          "Generated by `make bench` (`bench/run-all.sh`, rendered by `bench/report.py`) on "
+          f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}. "
+          "Every figure is the median of the repeats of one run; every ratio is against a "
+          "baseline measured in the same run (the store's own limit for cold figures, local "
+          "disk for warm ones). Cold: a fresh mount with an empty cache and the page cache "
+          "dropped; warm: the same mount again, page cache dropped again, so that warm "
+          "measures each system's own cache. Copy-first's cold figure includes the download.",
+          "", "## Machine", "", "| | |", "|---|---|"]
+    md += [f"| {k} | {v} |" for k, v in machine(src)]
+    md += ["", "## The store", "",
+           "s3rver on loopback. *plain*: s3rver directly. *shaped*: through "
+           "`bench/shape-proxy.js`, which emulates cloud object storage with a first-byte "
+           "latency per request and per-connection and aggregate bandwidth caps (values per "
+           "run below). The store's limit is one `curl --parallel --parallel-max 16` process "
+           "fetching the same objects (16 MiB ranges of the large ones).", ""]
+    if a.notes and os.path.exists(a.notes):
+        md += ["## This run", "", open(a.notes).read().strip(), ""]
+
+    summary = []
+    for d in results:
+        b = d["benchmark"]
+        kind = d["workload"][0]
+        md += [f"## {TITLE.get(b, b)} — {d['store']} store", ""]
+        params = ", ".join(f"{k} {v}" for k, v in d["params"].items())
+        md.append(f"Parameters: {params}; {d['repeats']} repeats; page cache dropped: "
+                  f"{'yes' if d.get('page_cache_dropped') else 'no (not root)'}.")
+        md.append("")
+        if kind == "train":
+            limv = table_train(d, md, charts_dir, rel)
+            tg = targets_train(d, limv)
+        else:
+            limv = table_rate(d, kind, md, charts_dir, rel)
+            tg = targets_rate(d, kind, limv, md)
+        if d.get("errors"):
+            md += ["", "Not measured in this run:", ""]
+            md += [f"- {LABEL.get(k, k)}: `{v}`" for k, v in d["errors"].items()]
+        md.append("")
+        for name, r, goal in tg:
+            summary.append((f"{TITLE.get(b, b)} ({d['store']})", name, r, goal))
+
+    md += ["## Targets", "",
+           "Goals, not tests. A ratio is Cistern's figure over the baseline named.", "",
+           "| benchmark | target | ratio | |", "|---|---|---:|---|"]
+    for bench, name, r, goal in summary:
+        md.append(f"| {bench} | {name} | {fmt(r, 2)} | {verdict(r, goal)} |")
+    if not summary:
+        md.append("| — | no results | — | not measured |")
+    md.append("")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"report: wrote {a.out} ({len(results)} result sets)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

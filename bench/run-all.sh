@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make bench: every benchmark in one go, then docs/benchmarks.md and its
+# charts (bench/report.py). Each bench/<name>.sh writes JSON into
+# bench/results/; a script that fails is recorded and the others still run.
+#
+#   bench/run-all.sh [NAME...]      (default: large small meta train)
+# Environment: BENCH_QUICK=1 for a small version of every dataset (for a
+# shared or slow machine; the report says so), BENCH_TIMEOUT per script in
+# seconds (3600), and the knobs of bench/lib.sh (BENCH_REPEATS, BENCH_STORES,
+# SHAPE_*), the dataset sizes (LARGE_FILES, LARGE_MIB, SMALL_FILES,
+# SMALL_KIB, META_OBJECTS, META_DIRS, TRAIN_THREADS, TRAIN_EPOCHS).
+set -uo pipefail
+
+bench=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$bench")
+results=${BENCH_RESULTS:-$bench/results}
+export BENCH_RESULTS=$results
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(large small meta train)
+
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+	export LARGE_FILES=${LARGE_FILES:-4} LARGE_MIB=${LARGE_MIB:-64}
+	export SMALL_FILES=${SMALL_FILES:-2000} SMALL_KIB=${SMALL_KIB:-100}
+	export META_OBJECTS=${META_OBJECTS:-10000} META_DIRS=${META_DIRS:-100}
+fi
+[ "$(id -u)" = 0 ] || echo "run-all: not root: page caches cannot be dropped and cold figures will be warm" >&2
+[ -x "${CIS_BUILD:-$top/build}/cli/cistern" ] ||
+	echo "run-all: ${CIS_BUILD:-$top/build}/cli/cistern is not built: Cistern rows will be missing" >&2
+
+mkdir -p "$results"
+rm -f "$results"/*.json "$results"/*.log
+notes="$results/notes.md"
+{
+	echo "- Started $(date -u '+%Y-%m-%d %H:%M UTC'); load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."
+	if [ "${BENCH_QUICK:-0}" = 1 ]; then
+		echo "- **Quick mode** (BENCH_QUICK=1): datasets smaller than the full suite's; see each table's parameters."
+	fi
+	echo "- Shaped store: ${SHAPE_LATENCY_MS:-20} ms first-byte latency, ${SHAPE_CONN_MBPS:-100} MB/s per connection, ${SHAPE_TOTAL_MBPS:-1000} MB/s in all."
+} >"$notes"
+
+for n in "${names[@]}"; do
+	script="$bench/$n.sh"
+	if [ ! -x "$script" ]; then
+		echo "- \`$n\`: no such benchmark script" >>"$notes"
+		continue
+	fi
+	echo "run-all: $n" >&2
+	t0=$SECONDS
+	timeout --kill-after=30 "${BENCH_TIMEOUT:-3600}" "$script" >"$results/$n.log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		echo "- \`bench/$n.sh\`: done in $((SECONDS - t0)) s." >>"$notes"
+	else
+		echo "- \`bench/$n.sh\`: **failed** (exit $rc after $((SECONDS - t0)) s): \`$(grep -v '^\s*$' "$results/$n.log" | tail -1 | cut -c1-200)\`" >>"$notes"
+		echo "run-all: $n failed (exit $rc), see $results/$n.log" >&2
+	fi
+done
+echo "- Finished $(date -u '+%H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)." >>"$notes"
+
+python3 "$bench/report.py" --results "$results" --out "$top/docs/benchmarks.md" --notes "$notes"

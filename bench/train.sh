@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Workload 4: training simulation in the style of MLPerf Storage. A Python
+# (standard library) data loader with TRAIN_THREADS reader threads, a new
+# shuffled sample order every epoch, batches of 32 and a fixed sleep per batch
+# standing in for the accelerator; AU = compute time / wall time per epoch,
+# time to first batch and total time (both including mounting, or the whole
+# download for copy-first). Two datasets: the small files (ImageNet-like) and
+# the large files read as shards (WebDataset-like, 128 KiB samples in order
+# within a shard, shards shuffled). Cistern is measured twice: plain, and
+# with `cistern load /` started at the same moment as training.
+#
+# The compute time per batch is calibrated here: 1.5 x the time local disk
+# (page cache dropped) takes to load a batch, so that local disk reaches
+# AU >= 0.98; the local row of the table shows whether it did.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+threads=${TRAIN_THREADS:-8}
+epochs=${TRAIN_EPOCHS:-2}
+sn=${SMALL_FILES:-20000}
+skib=${SMALL_KIB:-100}
+ln=${LARGE_FILES:-8}
+lmib=${LARGE_MIB:-128}
+gen_files "$BENCH_DATA/small" "$sn" $((skib << 10)) 100
+gen_files "$BENCH_DATA/large" "$ln" $((lmib << 20)) 1
+
+calibrate() { # DIR KIND -> compute ms per batch
+	sync
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+	python3 "$BENCH_DIR/workload.py" train "$1" --kind "$2" --threads "$threads" \
+		--compute-ms 0 --epochs 1 |
+		python3 -c 'import json,sys; r=json.load(sys.stdin); print(round(max(1.0, 1.5 * 32 / r["epochs"][0]["samples_per_s"] * 1000), 2))'
+}
+small_ms=${TRAIN_SMALL_COMPUTE_MS:-$(calibrate "$BENCH_DATA/small" files)}
+shard_ms=${TRAIN_SHARD_COMPUTE_MS:-$(calibrate "$BENCH_DATA/large" shards)}
+log "bench: compute per batch: small files ${small_ms} ms, shards ${shard_ms} ms"
+
+bench_store_up
+bench_upload "$BENCH_DATA/small" small
+bench_upload "$BENCH_DATA/large" large
+for store in $BENCH_STORES; do
+	BENCH_SYSTEMS_OVERRIDE=${TRAIN_SYSTEMS:-limit,local,copyfirst,s3fs,rclone,cistern,cistern+load} \
+		BENCH_COMPARE_FLAGS=--no-warm \
+		bench_compare train-files "$store" small "$BENCH_DATA/small" \
+		"{\"files\": $sn, \"kib\": $skib, \"threads\": $threads, \"batch\": 32, \"compute_ms\": $small_ms, \"epochs\": $epochs}" \
+		-- train "{DIR}" --kind files --threads "$threads" --compute-ms "$small_ms" --epochs "$epochs"
+	BENCH_SYSTEMS_OVERRIDE=${TRAIN_SYSTEMS:-limit,local,copyfirst,s3fs,rclone,cistern,cistern+load} \
+		BENCH_COMPARE_FLAGS=--no-warm \
+		bench_compare train-shards "$store" large "$BENCH_DATA/large" \
+		"{\"files\": $ln, \"mib\": $lmib, \"sample_kib\": 128, \"threads\": $threads, \"batch\": 32, \"compute_ms\": $shard_ms, \"epochs\": $epochs}" \
+		-- train "{DIR}" --kind shards --threads "$threads" --compute-ms "$shard_ms" --epochs "$epochs"
+done
