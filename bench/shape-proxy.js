@@ -60,23 +60,30 @@ function pump(src, dst, conn) {
   // Paced copy: one chunk at a time, each sent when both buckets allow.
   let queue = [], busy = false, ended = false;
   const next = () => {
-    if (busy) return;
-    const buf = queue.shift();
-    if (!buf) {
-      if (ended) dst.end();
-      else src.resume();
+    while (!busy) {
+      const buf = queue.shift();
+      if (!buf) {
+        if (ended) dst.end();
+        else src.resume();
+        return;
+      }
+      const now = performance.now();
+      const at = Math.max(conn.reserve(now, buf.length), total.reserve(now, buf.length));
+      const send = () => {
+        stats.bytes += buf.length;
+        busy = !dst.write(buf);
+        if (busy) dst.once('drain', () => { busy = false; next(); });
+      };
+      // Timers are coarse (about 1 ms): a chunk due within a millisecond
+      // goes now, and the buckets carry the debt to the next one.
+      if (at - now <= 1) {
+        send();
+        continue;
+      }
+      busy = true;
+      setTimeout(() => { busy = false; send(); next(); }, at - now);
       return;
     }
-    busy = true;
-    const now = performance.now();
-    const at = Math.max(conn.reserve(now, buf.length), total.reserve(now, buf.length));
-    setTimeout(() => {
-      stats.bytes += buf.length;
-      const ok = dst.write(buf);
-      busy = false;
-      if (ok) next();
-      else dst.once('drain', next);
-    }, Math.max(0, at - now));
   };
   src.on('data', (d) => {
     src.pause();
@@ -96,27 +103,29 @@ const server = http.createServer((req, res) => {
   stats.requests++;
   const sock = req.socket;
   if (!sock.pacer) sock.pacer = new Pacer(opts.connMBps);
-  const t0 = performance.now();
-  const preq = http.request({
-    host: up.host, port: up.port, method: req.method, path: req.url,
-    headers: req.headers, agent,
-  }, (pres) => {
-    const wait = Math.max(0, opts.latencyMs - (performance.now() - t0));
-    setTimeout(() => {
+  // The first-byte latency: the request goes upstream that much later, so
+  // the store's own time comes on top of it, as it would on a real network.
+  const forward = () => {
+    const preq = http.request({
+      host: up.host, port: up.port, method: req.method, path: req.url,
+      headers: req.headers, agent,
+    }, (pres) => {
       res.writeHead(pres.statusCode, pres.statusMessage, pres.rawHeaders);
       pump(pres, res, sock.pacer);
-    }, wait);
-  });
-  preq.on('error', (e) => {
-    stats.errors++;
-    if (!res.headersSent) {
-      res.writeHead(502, { 'content-type': 'text/plain' });
-      res.end(`shape-proxy: upstream ${opts.upstream}: ${e.message}\n`);
-    } else {
-      res.destroy();
-    }
-  });
-  req.pipe(preq);
+    });
+    preq.on('error', (e) => {
+      stats.errors++;
+      if (!res.headersSent) {
+        res.writeHead(502, { 'content-type': 'text/plain' });
+        res.end(`shape-proxy: upstream ${opts.upstream}: ${e.message}\n`);
+      } else {
+        res.destroy();
+      }
+    });
+    req.pipe(preq);
+  };
+  if (opts.latencyMs > 0) setTimeout(forward, opts.latencyMs);
+  else forward();
 });
 server.keepAliveTimeout = 60000;
 const l = hostPort(opts.listen);
