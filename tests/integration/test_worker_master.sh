@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# cistern-worker with a real master and an S3 store (s3rver behind the
+# SigV4-verifying front): registration, mounts learned by GetMount, reads
+# of files named through the master, 32 concurrent readers of a cold block
+# making one store GET, block reports (incremental, and full after a
+# master restart), a persisted worker id, a warm restart with no store
+# GETs on re-read, and a failing store (5xx) giving a clear error while
+# cached blocks keep being served.
+source "$CIS_SRC/tests/integration/lib/common.sh"
+source "$CIS_SRC/tests/integration/lib/s3.sh"
+
+MASTER=$CIS_BUILD/master/cistern-master
+WORKER=$CIS_BUILD/worker/cistern-worker
+CLI=$CIS_BUILD/cli/cistern
+WC=$CIS_BUILD/tests/worker_client
+for b in "$MASTER" "$WORKER" "$CLI" "$WC"; do [ -x "$b" ] || fail "build $b first"; done
+
+M_RPC=$(free_port)
+M_HTTP=$(free_port)
+W_RPC=$(free_port)
+W_HTTP=$(free_port)
+export CISTERN_API=127.0.0.1:$M_HTTP
+MB=1048576
+
+start_master() {
+	"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$M_RPC" \
+		--http-port "$M_HTTP" --heartbeat-interval 1s >>"$CIS_TMP/master.log" 2>&1 &
+	MPID=$!
+	cis_on_exit "kill -9 $MPID"
+	wait_for 20 curl -fsS "http://127.0.0.1:$M_HTTP/healthz"
+}
+
+start_worker() {
+	"$WORKER" --master "127.0.0.1:$M_RPC" --bind 127.0.0.1 --host 127.0.0.1 \
+		--rpc-port "$W_RPC" --http-port "$W_HTTP" --state-dir "$CIS_TMP/wstate" \
+		--cache-dir "$CIS_TMP/cache:256M" "$@" >>"$CIS_TMP/worker.log" 2>&1 &
+	WPID=$!
+	cis_on_exit "kill -9 $WPID"
+	wait_for 20 curl -fsS "http://127.0.0.1:$W_HTTP/readyz"
+}
+
+wcl() { # wcl PATH CMD ARGS...
+	local p=$1
+	shift
+	"$WC" --tcp "127.0.0.1:$W_RPC" --unix "$CIS_TMP/wstate/worker.sock" \
+		--master "127.0.0.1:$M_RPC" --path "$p" "$@"
+}
+
+wmetric() {
+	curl -fsS "http://127.0.0.1:$W_HTTP/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+
+blocks_indexed() {
+	curl -fsS "http://127.0.0.1:$M_HTTP/api/v1/report" |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["blocks_indexed"])'
+}
+
+s3gets() {
+	s3_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("GET", 0))'
+}
+
+s3put_file() {
+	curl -fsS --aws-sigv4 "aws:amz:$CIS_S3_REGION:s3" \
+		--user "$CIS_S3_ACCESS_KEY:$CIS_S3_SECRET_KEY" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT --data-binary "@$2" \
+		"$CIS_S3_ENDPOINT/$CIS_S3_BUCKET/$1" >/dev/null
+}
+
+s3_start
+start_master
+start_worker
+
+log "registration"
+out=$(curl -fsS "http://127.0.0.1:$M_HTTP/api/v1/workers")
+assert_contains "$out" "\"rpc_port\":$W_RPC"
+wid=$("$WC" --tcp "127.0.0.1:$W_RPC" stat | awk '/^worker/ {print $2}')
+[ "$wid" -gt 0 ] || fail "worker has no id"
+
+log "S3 mount, reads through the master"
+mkdir -p "$CIS_TMP/src"
+head -c $((8 * MB)) /dev/urandom >"$CIS_TMP/src/big.bin"
+head -c $((2 * MB + 777)) /dev/urandom >"$CIS_TMP/src/a.bin"
+"$CLI" mount /s3 "s3://$CIS_S3_BUCKET/ds" --option "endpoint=$CIS_S3_ENDPOINT" \
+	--option "region=$CIS_S3_REGION" --option path_style=true \
+	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+	--block-size 1M >/dev/null
+s3put_file ds/big.bin "$CIS_TMP/src/big.bin"
+s3put_file ds/a.bin "$CIS_TMP/src/a.bin"
+"$CLI" sync /s3 >/dev/null
+
+wcl /s3/a.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/a.bin" || fail "a.bin through the worker differs"
+wcl /s3/a.bin read 2 700 1000 >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" <(tail -c +$((2 * MB + 701)) "$CIS_TMP/src/a.bin") || fail "tail range differs"
+wcl /s3/a.bin local 1 >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" <(tail -c +$((MB + 1)) "$CIS_TMP/src/a.bin" | head -c $MB) || fail "local fd"
+
+log "32 concurrent readers of a cold block: one store GET"
+s3_reset_stats
+wcl /s3/big.bin parallel 32 5 >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" <(tail -c +$((5 * MB + 1)) "$CIS_TMP/src/big.bin" | head -c $MB) ||
+	fail "parallel readers got wrong bytes"
+assert_eq "$(s3gets)" 1 "GETs at the store for 32 readers of one block"
+
+log "incremental block reports"
+wait_for 15 bash -c "[ \$(curl -fsS http://127.0.0.1:$M_HTTP/api/v1/report | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"blocks_indexed\"])') = 4 ]"
+wcl /s3/big.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/big.bin" || fail "big.bin differs"
+wait_for 15 bash -c "[ \$(curl -fsS http://127.0.0.1:$M_HTTP/api/v1/report | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"blocks_indexed\"])') = 11 ]"
+
+log "master restart: the worker registers again and reports in full"
+kill -9 "$MPID"
+wait "$MPID" 2>/dev/null || true
+start_master
+wait_for 20 bash -c "[ \$(curl -fsS http://127.0.0.1:$M_HTTP/api/v1/report | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"blocks_indexed\"])') = 11 ]"
+assert_contains "$(cat "$CIS_TMP/worker.log")" "registering again"
+wid2=$("$WC" --tcp "127.0.0.1:$W_RPC" stat | awk '/^worker/ {print $2}')
+assert_eq "$wid2" "$wid" "worker id kept across a master restart"
+
+log "worker kill -9 and warm restart: no store GETs on re-read"
+kill -9 "$WPID"
+wait "$WPID" 2>/dev/null || true
+start_worker
+wid3=$("$WC" --tcp "127.0.0.1:$W_RPC" stat | awk '/^worker/ {print $2}')
+assert_eq "$wid3" "$wid" "worker id persisted in the state dir"
+s3_reset_stats
+wcl /s3/big.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/big.bin" || fail "big.bin after restart differs"
+wcl /s3/a.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/a.bin" || fail "a.bin after restart differs"
+assert_eq "$(s3gets)" 0 "store GETs after a warm restart"
+wait_for 20 bash -c "[ \$(curl -fsS http://127.0.0.1:$M_HTTP/api/v1/report | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"blocks_indexed\"])') = 11 ]"
+
+log "store answering 5xx: a clear error, cached blocks still served"
+head -c $((3 * MB)) /dev/urandom >"$CIS_TMP/src/late.bin"
+s3put_file ds/late.bin "$CIS_TMP/src/late.bin"
+"$CLI" sync /s3 >/dev/null
+"$WC" --tcp "127.0.0.1:$W_RPC" --master "127.0.0.1:$M_RPC" --path /s3/late.bin id 0 >/dev/null
+# Name the block while the master can still stat it; then kill the store.
+s3_kill_store
+if wcl /s3/late.bin read 0 0 0 >/dev/null 2>"$CIS_TMP/err"; then
+	fail "read of an uncached block with the store down succeeded"
+fi
+[ -s "$CIS_TMP/err" ] || fail "no error message"
+log "store down: $(cat "$CIS_TMP/err")"
+wcl /s3/big.bin cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/big.bin" || fail "cached file with the store down"
+[ "$(wmetric cistern_worker_store_errors_total)" -ge 1 ] || fail "store error not counted"
+kill -0 "$WPID" || fail "worker died"
+
+log "ok"
