@@ -5,7 +5,7 @@
 
 {{- define "cistern.jobRetry" -}}
 # Bounded retries: the master may still be starting when the hook runs.
-try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge 30 ]; then echo "giving up: $1 $2" >&2; return 1; fi; sleep 5; done; }
+try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge {{ int .Values.jobs.retries }} ]; then echo "giving up: $1 $2" >&2; return 1; fi; sleep {{ int .Values.jobs.retryDelaySeconds }}; done; }
 # A path already mounted (an upgrade, a retried Job) is left as it is: to
 # change a mount, `cistern unmount` it first.
 mount_once() {

@@ -7,11 +7,10 @@ then `kubectl label --local -o json`, which converts YAML to JSON offline).
   check_manifests.py check FILE --release R [--expect full|default]
       asserts the chart's invariants (see check()); exit 1 with one line per
       violation.
-  check_manifests.py pod FILE KIND NAME
-      prints, as JSON, what it takes to run the pod of workload KIND/NAME as
-      the kubelet would: for each init and app container its command+args,
-      env (literal values; fieldRef and secretKeyRef named), volume mounts
-      resolved to their volumes, lifecycle and probes.
+  check_manifests.py pod FILE KIND NAME --out DIR --node-root DIR
+                      --pod-root DIR [--field PATH=VALUE]... [--secrets JSON]
+      lays out the pod of workload KIND/NAME to run here as the kubelet
+      would (see pod_materialize) for tests/integration/test_helm_run.sh.
 
 Standard library only.
 """
@@ -349,7 +348,7 @@ class Checker:
                     int(ann.get("helm.sh/hook-weight", "0")):
                 e.append("full: loads Job does not run after the mounts Job")
             script = pod_spec(mj)["containers"][0]["command"][-1]
-            for want in ("try mount_once '/imagenet' 's3://datasets/imagenet'", "--readonly",
+            for want in ('-ge 4 ]', "sleep 3;", "try mount_once '/imagenet' 's3://datasets/imagenet'", "--readonly",
                          "--sync-interval '5m'", "--block-size '16M'",
                          "'file:///srv/data' --block-size '8M'", "'region=us-east-1'",
                          "try mount_once '/local' 'file:///srv/data'"):
@@ -389,41 +388,92 @@ class Checker:
             e.append("full: master.config not in the ConfigMap")
 
 
-def pod_json(objs, kind, name):
-    for o in objs:
-        if o["kind"] == kind and o["metadata"]["name"] == name:
-            break
-    else:
+def expand_refs(s, env):
+    """Kubernetes' $(VAR) expansion in command and args ($$ escapes)."""
+    def sub(m):
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, s)
+
+
+def map_paths(s, table):
+    """Container paths in s (a whole argument or inside a shell line) to the
+    host folders backing them; longest mount path first."""
+    for cpath, hpath in table:
+        s = re.sub(r"(?<![\w./-])" + re.escape(cpath) + r"(?=/|$|[:\s;'\"|&)])",
+                   lambda m: hpath, s)
+    return s
+
+
+def pod_materialize(objs, kind, name, outdir, node_root, pod_root, fields, secrets):
+    """Lays out pod KIND/NAME to run on this machine as the kubelet would:
+    volumes become folders (hostPath under node_root, the rest under
+    pod_root, ConfigMaps written out), env is resolved (fieldRef from
+    fields, secretKeyRef from secrets), $(VAR) expanded, container paths
+    mapped to those folders. Writes OUTDIR/<n>-<container>.{argv,env,prestop}
+    (NUL-separated) and OUTDIR/order (init containers first)."""
+    import os
+    obj = next((o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name), None)
+    if obj is None:
         sys.exit("no %s/%s in the manifests" % (kind, name))
-    spec = pod_spec(o)
+    cms = {o["metadata"]["name"]: o.get("data", {}) for o in objs if o["kind"] == "ConfigMap"}
+    spec = pod_spec(obj)
     vols = {v["name"]: v for v in spec.get("volumes", [])}
-    for t in o["spec"].get("volumeClaimTemplates", []):
+    for t in obj["spec"].get("volumeClaimTemplates", []):
         vols[t["metadata"]["name"]] = {"name": t["metadata"]["name"], "pvc": True}
-    out = {"initContainers": [], "containers": []}
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key, []):
-            env = []
-            for e in c.get("env", []):
-                vf = e.get("valueFrom")
-                if vf is None:
-                    env.append({"name": e["name"], "value": e.get("value", "")})
-                elif "fieldRef" in vf:
-                    env.append({"name": e["name"], "fieldRef": vf["fieldRef"]["fieldPath"]})
-                elif "secretKeyRef" in vf:
-                    env.append({"name": e["name"], "secret": vf["secretKeyRef"]})
-                else:
-                    env.append({"name": e["name"], "other": vf})
-            out[key].append({
-                "name": c["name"],
-                "argv": (c.get("command") or []) + (c.get("args") or []),
-                "env": env,
-                "volumeMounts": [dict(m, volume=vols.get(m["name"])) for m in c.get("volumeMounts", [])],
-                "preStop": (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command"),
-                "ports": {p["name"]: p["containerPort"] for p in c.get("ports", [])},
-                "securityContext": c.get("securityContext"),
-            })
-    json.dump(out, sys.stdout, indent=1)
-    print()
+    host = {}
+    for vn, v in vols.items():
+        if "hostPath" in v:
+            hp = v["hostPath"]["path"]
+            if v["hostPath"].get("type") == "CharDevice":
+                host[vn] = hp  # a device: the real one
+                continue
+            host[vn] = os.path.join(node_root, hp.lstrip("/"))
+        else:
+            host[vn] = os.path.join(pod_root, vn)
+        os.makedirs(host[vn], exist_ok=True)
+        if "configMap" in v:
+            for k, text in cms.get(v["configMap"]["name"], {}).items():
+                with open(os.path.join(host[vn], k), "w") as f:
+                    f.write(text)
+    os.makedirs(outdir, exist_ok=True)
+    order = []
+    ordered = [("initContainer", x) for x in spec.get("initContainers", [])] + \
+        [("container", x) for x in spec.get("containers", [])]
+    for n, (where, c) in enumerate(ordered):
+        env = {}
+        for e in c.get("env", []):
+            vf = e.get("valueFrom")
+            if vf is None:
+                env[e["name"]] = expand_refs(e.get("value", ""), env)
+            elif "fieldRef" in vf:
+                env[e["name"]] = fields[vf["fieldRef"]["fieldPath"]]
+            elif "secretKeyRef" in vf:
+                r = vf["secretKeyRef"]
+                env[e["name"]] = secrets[r["name"]][r["key"]]
+            else:
+                sys.exit("%s: env %s: unsupported source %s" % (c["name"], e["name"], vf))
+        table = sorted(((m["mountPath"], host[m["name"]]) for m in c.get("volumeMounts", [])),
+                       key=lambda t: -len(t[0]))
+        argv = [map_paths(expand_refs(a, env), table)
+                for a in (c.get("command") or []) + (c.get("args") or [])]
+        pre = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+        pre = [map_paths(a, table) for a in pre]
+        base = os.path.join(outdir, "%d-%s" % (n, c["name"]))
+        rp = (c.get("readinessProbe") or {}).get("httpGet")
+        if rp:
+            ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+            with open(base + ".probe", "w") as f:
+                f.write("%s %s\n" % (ports.get(rp["port"], rp["port"]), rp["path"]))
+        envl = ["%s=%s" % (k, map_paths(v, table)) for k, v in env.items()]
+        for ext, items in (("argv", argv), ("env", envl),
+                           ("prestop", pre)):
+            with open(base + "." + ext, "w") as f:
+                f.write("".join(x + "\0" for x in items))
+        order.append("%s %d-%s" % (where, n, c["name"]))
+    with open(os.path.join(outdir, "order"), "w") as f:
+        f.write("\n".join(order) + "\n")
 
 
 def main():
@@ -438,8 +488,21 @@ def main():
         if ch.errors:
             sys.exit(1)
         print("check_manifests: ok (%s)" % a[1])
-    elif len(a) == 4 and a[0] == "pod":
-        pod_json(load(a[1]), a[2], a[3])
+    elif len(a) >= 4 and a[0] == "pod":
+        # pod FILE KIND NAME --out DIR --node-root DIR --pod-root DIR
+        #     [--field PATH=VALUE]... [--secrets JSONFILE]
+        opt = {"--field": []}
+        k = 4
+        while k < len(a):
+            if a[k] == "--field":
+                opt["--field"].append(a[k + 1])
+            else:
+                opt[a[k]] = a[k + 1]
+            k += 2
+        fields = dict(f.split("=", 1) for f in opt["--field"])
+        secrets = json.load(open(opt["--secrets"])) if "--secrets" in opt else {}
+        pod_materialize(load(a[1]), a[2], a[3], opt["--out"], opt["--node-root"],
+                        opt["--pod-root"], fields, secrets)
     else:
         sys.exit(__doc__)
 
