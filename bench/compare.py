@@ -388,6 +388,9 @@ def main():
                         cold.append(out)
                         if pre is not None:
                             pre.wait(600)
+                            if pre.returncode != 0:
+                                err = pre.stderr.read().decode(errors="replace").strip()
+                                raise RuntimeError(f"cistern load: {err[-300:]}")
                         if not a.no_warm and name != "local":
                             drop_caches()
                             w = run_workload(wl, target)
