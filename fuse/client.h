@@ -13,6 +13,8 @@
 #define FCL_DEFAULT_BLOCK (64u << 20)
 #define FCL_MAX_TRIES     8 /* workers tried per block before the store */
 
+enum fcl_mop { FCL_MOP_LOOKUP, FCL_MOP_GETATTR, FCL_MOP_READDIR, FCL_MOP_OPEN, FCL_MOP_N };
+
 enum fcl_path { FCL_PATH_LOCAL, FCL_PATH_REMOTE, FCL_PATH_STORE, FCL_PATH_N };
 
 /* A mount as the read path needs it; created on the first open of a file
@@ -48,6 +50,7 @@ typedef struct fcl_wlist {
 
 /* One open file (fuse_file_info.fh). */
 typedef struct fcl_file {
+	int refs; /* atomic: the handle, and each request working on it after its reply */
 	uint64_t ino;
 	fcl_mount *mount;
 	char *key;
@@ -64,6 +67,7 @@ typedef struct fcl_stats {
 	cis_counter *bytes[FCL_PATH_N];
 	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
 	cis_counter *master_errors;
+	cis_counter *master_calls[FCL_MOP_N];
 	cis_histogram *read_seconds;  /* per FUSE read */
 	cis_histogram *stall_seconds; /* reads that waited on a fetch or the store */
 } fcl_stats;
@@ -111,7 +115,11 @@ int fcl_master_readdir(fcl *c, uint64_t ino, uint64_t cookie, uint32_t max, Cis_
 /* Open a file: its attributes and mount. *out is the caller's
  * (fcl_file_free); attr gets the attributes too. */
 int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_errmsg *em);
-void fcl_file_free(fcl_file *f);
+/* Take or drop a reference; the last drop frees. A request that uses the
+ * file after replying holds one: once the reply is out, the kernel may
+ * release the handle. */
+void fcl_file_ref(fcl_file *f);
+void fcl_file_unref(fcl_file *f);
 void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a);
 /* Start with an empty list (reads go to the store until one arrives). */
 int fcl_workers_init(fcl *c);

@@ -388,16 +388,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!fi->keep_cache)
 		(void)fcl_lru_put(c->versions, &mino, sizeof(mino), f->version, NULL, NULL);
 	fi->fh = (uintptr_t)f;
+	bool small = f->size > 0 && f->size <= f->block_size;
+	if (small) {
+		f->ra.issued_to = 1;
+		fcl_file_ref(f); /* for the prefetch after the reply */
+	}
 	if (fuse_reply_open(req, fi)) {
-		fcl_file_free(f);
+		fcl_file_unref(f);
+		if (small)
+			fcl_file_unref(f);
 		return;
 	}
 	/* Small files are prefetched whole on open. */
-	if (f->size > 0 && f->size <= f->block_size) {
-		pthread_mutex_lock(&f->lock);
-		f->ra.issued_to = 1;
-		pthread_mutex_unlock(&f->lock);
+	if (small) {
 		fcl_prefetch(c, f, 0, 1);
+		fcl_file_unref(f);
 	}
 }
 
@@ -407,12 +412,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)ino;
 	fcl *c = req_fcl(req);
 	fcl_file *f = (fcl_file *)(uintptr_t)fi->fh;
+	fcl_file_ref(f); /* the readahead below runs after the reply */
 	uint64_t t0 = cis_mono_ns();
 	int nmax = (int)(size / f->block_size) + 2;
 	fcl_seg stack[8];
 	fcl_seg *segs = nmax <= 8 ? stack : calloc((size_t)nmax, sizeof(*segs));
 	if (!segs) {
 		fuse_reply_err(req, ENOMEM);
+		fcl_file_unref(f);
 		return;
 	}
 	int n = 0;
@@ -449,22 +456,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (segs != stack)
 		free(segs);
 	cis_histogram_observe(c->stats.read_seconds, (double)(cis_mono_ns() - t0) / 1e9);
-	if (rc)
-		return;
-
-	uint64_t first;
-	pthread_mutex_lock(&f->lock);
-	uint64_t ahead =
-	    fcl_ra_on_read(&f->ra, (uint64_t)off, size, f->block_size, f->size, &first);
-	pthread_mutex_unlock(&f->lock);
-	if (ahead)
-		fcl_prefetch(c, f, first, ahead);
+	if (rc == 0) {
+		uint64_t first;
+		pthread_mutex_lock(&f->lock);
+		uint64_t ahead =
+		    fcl_ra_on_read(&f->ra, (uint64_t)off, size, f->block_size, f->size, &first);
+		pthread_mutex_unlock(&f->lock);
+		if (ahead)
+			fcl_prefetch(c, f, first, ahead);
+	}
+	fcl_file_unref(f);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	fcl_file_free((fcl_file *)(uintptr_t)fi->fh);
+	fcl_file_unref((fcl_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

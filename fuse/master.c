@@ -64,6 +64,12 @@ void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a)
 		a->mode = a->is_dir ? 0755 : 0644;
 }
 
+static void count_call(fcl *c, enum fcl_mop op)
+{
+	if (c->stats.master_calls[op])
+		cis_counter_inc(c->stats.master_calls[op]);
+}
+
 static void note_master_error(fcl *c, int rc, const cis_errmsg *em)
 {
 	if (rc == -ENOENT || rc == -ENOTDIR || rc == -EINVAL || rc == -ENAMETOOLONG)
@@ -77,6 +83,7 @@ static void note_master_error(fcl *c, int rc, const cis_errmsg *em)
 int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em)
 {
 	fcl *c = ctx;
+	count_call(c, FCL_MOP_LOOKUP);
 	Cis__LookupRequest req = CIS__LOOKUP_REQUEST__INIT;
 	req.parent = parent;
 	req.name = (char *)name;
@@ -98,6 +105,7 @@ int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *ou
 int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em)
 {
 	fcl *c = ctx;
+	count_call(c, FCL_MOP_GETATTR);
 	Cis__GetAttrRequest req = CIS__GET_ATTR_REQUEST__INIT;
 	req.inode = ino;
 	Cis__GetAttrReply *rep = NULL;
@@ -141,6 +149,7 @@ int fcl_master_resolve(fcl *c, const char *path, fcl_attr *out, cis_errmsg *em)
 int fcl_master_readdir(fcl *c, uint64_t ino, uint64_t cookie, uint32_t max, Cis__ReadDirReply **out,
                        cis_errmsg *em)
 {
+	count_call(c, FCL_MOP_READDIR);
 	Cis__ReadDirRequest req = CIS__READ_DIR_REQUEST__INIT;
 	req.inode = ino;
 	req.cookie = cookie;
@@ -197,6 +206,7 @@ void fcl_mounts_free(fcl *c)
 
 int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_errmsg *em)
 {
+	count_call(c, FCL_MOP_OPEN);
 	Cis__OpenRequest req = CIS__OPEN_REQUEST__INIT;
 	req.inode = ino;
 	Cis__OpenReply *rep = NULL;
@@ -229,6 +239,7 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_er
 		rc = -ENOMEM;
 		goto out_reply;
 	}
+	f->refs = 1;
 	f->ino = ino;
 	snprintf(f->version, sizeof(f->version), "%s",
 	         rep->inode->version ? rep->inode->version : "");
@@ -244,9 +255,14 @@ out_reply:
 	return rc;
 }
 
-void fcl_file_free(fcl_file *f)
+void fcl_file_ref(fcl_file *f)
 {
-	if (!f)
+	__atomic_add_fetch(&f->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fcl_file_unref(fcl_file *f)
+{
+	if (!f || __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
 	pthread_mutex_destroy(&f->lock);
 	free(f->key);

@@ -44,6 +44,14 @@ int fcl_stats_init(fcl *c)
 		                                  path_labels[p], "Bytes read by path");
 		ok = ok && s->reads[p] && s->bytes[p];
 	}
+	static const char *const mop_labels[FCL_MOP_N] = {"op=\"lookup\"", "op=\"getattr\"",
+	                                                  "op=\"readdir\"", "op=\"open\""};
+	for (int i = 0; i < FCL_MOP_N; i++) {
+		s->master_calls[i] =
+		    cis_metrics_counter(s->reg, "cistern_fuse_master_requests_total", mop_labels[i],
+		                        "Requests sent to the master");
+		ok = ok && s->master_calls[i];
+	}
 	s->failovers = cis_metrics_counter(s->reg, "cistern_fuse_failovers_total", NULL,
 	                                   "Worker reads that failed over to the next worker");
 	s->store_errors = cis_metrics_counter(s->reg, "cistern_fuse_store_errors_total", NULL,
