@@ -517,6 +517,31 @@ Test(rpc, oversized_frame_closes_connection)
 	cis_rpc_client_free(c);
 }
 
+Test(rpc, idle_connection_closed)
+{
+	cis_rpc_server_opts o = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .handler = handler, .idle_timeout_ms = 100};
+	cis_rpc_server *keep = srv;
+	Cis__Hello hello = CIS__HELLO__INIT;
+	cis_errmsg em = {{0}};
+	uint8_t buf[256], *mb;
+	size_t mlen;
+	int fd;
+
+	cr_assert_eq(cis_rpc_server_start(&o, &srv, &em), 0, "%s", em.text);
+	fd = raw_conn();
+	hello.protocol_version = 1;
+	cr_assert_eq(cis_msg_pack(&hello.base, &mb, &mlen), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)mlen, 0);
+	cr_assert_eq(write(fd, mb, mlen), (ssize_t)mlen);
+	free(mb);
+	/* The HelloReply, then nothing: the server must hang up by itself. */
+	cr_assert_gt(drain_until_close(fd, buf, sizeof(buf)), 0);
+	close(fd);
+	cis_rpc_server_stop(srv);
+	srv = keep;
+}
+
 Test(rpc, stale_unix_socket_replaced_live_one_refused)
 {
 	cis_rpc_server_opts o = {.unix_path = sock_path, .io_threads = 1, .handler = handler};
