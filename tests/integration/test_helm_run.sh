@@ -63,8 +63,9 @@ grep -qx fuse3 "$CIS_TMP/runtime-pkgs" || fail "runtime stage lacks fuse3 (fuser
 : >"$CIS_TMP/needed"
 for b in "$bin"/*; do
 	real=$(readlink -f "$b")
+	ldd "$real" >"$CIS_TMP/ldd"
 	for so in $(readelf -d "$real" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-		path=$(ldd "$real" | awk -v so="$so" '$1 == so { print $3 }')
+		path=$(awk -v so="$so" '$1 == so { print $3 }' "$CIS_TMP/ldd")
 		[ -n "$path" ] || fail "$(basename "$b"): $so not found by ldd"
 		echo "$(basename "$b") $so $path" >>"$CIS_TMP/needed"
 	done
