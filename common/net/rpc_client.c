@@ -787,7 +787,7 @@ int cis_rpc_call_stream(cis_rpc_client *c, uint16_t type, const ProtobufCMessage
 		started = cis_mono_ms(); /* data is flowing */
 	}
 	end_call(c, &k);
-	return r;
+	return r > 0 ? 0 : r;
 }
 
 void cis_rpc_result_free(cis_rpc_result *r)
