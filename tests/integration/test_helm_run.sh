@@ -71,10 +71,16 @@ for b in "$bin"/*; do
 	done
 done
 [ -s "$CIS_TMP/needed" ] || fail "no libraries found: readelf output changed?"
-dpkg -S $(awk '{ print $3 }' "$CIS_TMP/needed" | sort -u) >"$CIS_TMP/owners" 2>/dev/null || true
+# One dpkg query for all: each path as ldd gives it and with links resolved
+# (usrmerge: a package may own either spelling).
 while read -r prog so path; do
-	pkg=$(awk -v p="$path" '$2 == p { sub(/:.*/, "", $1); print $1 }' "$CIS_TMP/owners" | head -1)
-	[ -n "$pkg" ] || pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -1 | cut -d: -f1)
+	echo "$path"
+	readlink -f "$path"
+done <"$CIS_TMP/needed" | sort -u >"$CIS_TMP/paths"
+dpkg -S $(cat "$CIS_TMP/paths") >"$CIS_TMP/owners" 2>/dev/null || true
+while read -r prog so path; do
+	real=$(readlink -f "$path")
+	pkg=$(awk -v p="$path" -v r="$real" '$2 == p || $2 == r { sub(/:.*/, "", $1); print $1; exit }' "$CIS_TMP/owners")
 	[ -n "$pkg" ] || fail "$prog: no package owns $path"
 	grep -qx "$pkg" "$CIS_TMP/runtime-pkgs" ||
 		fail "$prog links $so from package $pkg, not installed by the Dockerfile's runtime stage"
