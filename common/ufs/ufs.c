@@ -6,6 +6,7 @@
 #include "cistern/ufs_backend.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -251,6 +252,7 @@ struct buf_sink {
 	char *buf;
 	size_t room;
 	size_t used;
+	bool overflow;
 };
 
 static int buf_sink_fn(void *arg, const void *data, size_t len)
@@ -258,8 +260,10 @@ static int buf_sink_fn(void *arg, const void *data, size_t len)
 	struct buf_sink *s = arg;
 
 	/* The backend was asked for at most room bytes; more is a bug there. */
-	if (len > s->room - s->used)
+	if (len > s->room - s->used) {
+		s->overflow = true;
 		return -CIS_E_INTERNAL;
+	}
 	memcpy(s->buf + s->used, data, len);
 	s->used += len;
 	return 0;
@@ -268,13 +272,15 @@ static int buf_sink_fn(void *arg, const void *data, size_t len)
 int cis_ufs_read_buf(cis_ufs *u, const char *path, const char *version, uint64_t off, size_t len,
                      void *buf, size_t *got, cis_errmsg *em)
 {
-	struct buf_sink s = {buf, len, 0};
+	struct buf_sink s = {buf, len, 0, false};
 	int err;
 
 	err = cis_ufs_read(u, path, version, off, len, buf_sink_fn, &s, NULL, em);
-	if (err == -CIS_E_INTERNAL && em && !em->text[0])
-		cis_fail(em, err, "%s/%s: backend delivered more than the %zu bytes asked for",
-		         u->uri, path, len);
+	if (s.overflow)
+		err =
+		    cis_fail(em, -CIS_E_INTERNAL,
+		             "%s/%s: the store sent more than the %zu bytes asked for at %" PRIu64,
+		             u->uri, path, len, off);
 	if (got)
 		*got = s.used;
 	return err;

@@ -424,9 +424,10 @@ Test(conf, list_paginated)
 		             "%s size %" PRIu64, want, all[i + 1].st.size);
 	}
 	cr_expect_str_eq(all[n - 2].name, "sub");
-	cr_expect(all[n - 2].st.is_dir);
+	cr_expect(all[n - 2].st.is_dir, "%s is not a directory", all[n - 2].name);
 	cr_expect_str_eq(all[n - 1].name, "sub2");
-	cr_expect(all[n - 1].st.is_dir);
+	cr_expect(all[n - 1].st.is_dir, "%s is not a directory (size %" PRIu64 ", version %s)",
+	          all[n - 1].name, all[n - 1].st.size, all[n - 1].st.version);
 	free_entries(all, n);
 
 	/* Small pages resume exactly after the token (on a small directory:

@@ -223,6 +223,41 @@ async function verify(req, keys) {
   return payloadHash;
 }
 
+// "/bucket/key..." (path style) names an object; "/bucket" or "/" does not.
+// Sub-resource queries (?uploadId=, ?partNumber=, ?acl) are left to s3rver.
+function isObjectPath(url) {
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  return q < 0 && /^\/[^/]+\/.+/.test(path);
+}
+
+function xmlUnescape(s) {
+  return s.replace(/&(lt|gt|amp|quot|apos|#x[0-9a-fA-F]+|#\d+);/g, (all, e) => {
+    switch (e) {
+    case 'lt': return '<';
+    case 'gt': return '>';
+    case 'amp': return '&';
+    case 'quot': return '"';
+    case 'apos': return "'";
+    default:
+      return String.fromCodePoint(e[1] === 'x' ? parseInt(e.slice(2), 16) : Number(e.slice(1)));
+    }
+  });
+}
+
+// The decoded query of "GET /bucket?list-type=2...", else null.
+function listV2Request(url) {
+  const q = url.indexOf('?');
+  if (q < 0 || !/^\/[^/?]+\/?$/.test(url.slice(0, q))) return null;
+  let query;
+  try {
+    query = parseQuery(url.slice(q + 1));
+  } catch (e) {
+    return null;
+  }
+  return query['list-type'] === '2' ? query : null;
+}
+
 function main() {
   let opts;
   try {
@@ -302,15 +337,229 @@ function main() {
           'The provided x-amz-content-sha256 header does not match what was computed.', req.url);
         return;
       }
-      forward(req, res, Buffer.concat(chunks, size));
+      const body = Buffer.concat(chunks, size);
+      const list = req.method === 'GET' ? listV2Request(req.url) : null;
+      if (list) {
+        listObjectsV2(req, res, list).catch((e) => {
+          stats.upstream_errors++;
+          if (res.headersSent) res.destroy();
+          else sendError(res, 503, 'ServiceUnavailable', `upstream: ${e.code || e.message}`, req.url);
+        });
+      } else if ((req.method === 'GET' || req.method === 'HEAD') && isObjectPath(req.url) &&
+          (req.headers.range || req.headers['if-match'])) {
+        conditionalGet(req, res).catch((e) => {
+          stats.upstream_errors++;
+          if (res.headersSent) res.destroy();
+          else sendError(res, 503, 'ServiceUnavailable', `upstream: ${e.code || e.message}`, req.url);
+        });
+      } else {
+        forward(req, res, body);
+      }
     });
     req.resume();
   });
 
+  // s3rver 3.7.1 gets ranges wrong ("bytes=0-0" returns the whole object,
+  // any range of an empty object a broken 206, "bytes=-N" the first N+1
+  // bytes) and ignores If-Match. Real S3 does neither, so the front answers
+  // these itself: a HEAD for the size and ETag, then If-Match (412
+  // PreconditionFailed), an unsatisfiable range (416 InvalidRange), or a
+  // GET of the range, cut to exactly the bytes asked for.
+  function upstreamRequest(method, path, headers) {
+    return new Promise((resolve, reject) => {
+      const r = http.request({ host: upstream.host, port: upstream.port, method, path, headers, agent });
+      r.on('response', resolve);
+      r.on('error', reject);
+      r.end();
+    });
+  }
+
+  function etagMatches(cond, etag) {
+    const norm = (t) => t.trim().replace(/^W\//, '');
+    return cond.split(',').some((c) => norm(c) === '*' || norm(c) === norm(etag));
+  }
+
+  // [start, end] of a single "bytes=" range over size bytes, null when it
+  // cannot be satisfied, undefined when there is no usable range (S3 then
+  // sends the whole object).
+  function parseRange(h, size) {
+    const m = /^bytes=(\d*)-(\d*)$/.exec((h || '').trim());
+    if (!m || (m[1] === '' && m[2] === '')) return undefined;
+    if (m[1] === '') {
+      const n = Number(m[2]);
+      if (n === 0 || size === 0) return null;
+      return [Math.max(0, size - n), size - 1];
+    }
+    const start = Number(m[1]);
+    const end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+    if (m[2] !== '' && Number(m[2]) < start) return undefined; // invalid: ignored, as S3 does
+    if (start >= size) return null;
+    return [start, end];
+  }
+
+  async function conditionalGet(req, res) {
+    const base = { ...req.headers };
+    for (const h of ['authorization', 'range', 'if-match', 'if-none-match', 'if-modified-since',
+                     'if-unmodified-since', 'content-length', 'transfer-encoding'])
+      delete base[h];
+    for (let attempt = 0; ; attempt++) {
+      const head = await upstreamRequest('HEAD', req.url, base);
+      head.resume();
+      if (head.statusCode !== 200) {
+        // Missing key and the like: let s3rver answer the plain request.
+        forward(req, res, Buffer.alloc(0), true);
+        return;
+      }
+      const size = Number(head.headers['content-length']);
+      const etag = head.headers.etag || '';
+      const cond = req.headers['if-match'];
+      if (cond && !etagMatches(cond, etag)) {
+        sendError(res, 412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold', req.url);
+        return;
+      }
+      const range = req.method === 'GET' ? parseRange(req.headers.range, size) : undefined;
+      if (range === null) {
+        const body = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidRange</Code>' +
+          '<Message>The requested range is not satisfiable</Message>' +
+          `<RangeRequested>${xmlEscape(req.headers.range)}</RangeRequested>` +
+          `<ActualObjectSize>${size}</ActualObjectSize></Error>`;
+        res.writeHead(416, { 'content-type': 'application/xml', 'content-range': `bytes */${size}`,
+                             'content-length': Buffer.byteLength(body) });
+        res.end(body);
+        return;
+      }
+      if (req.method === 'HEAD' || range === undefined) {
+        forward(req, res, Buffer.alloc(0), true);
+        return;
+      }
+      const [start, end] = range;
+      const want = end - start + 1;
+      // end 0 is what s3rver misreads; ask it for an open range instead.
+      const upRange = end === 0 ? `bytes=${start}-` : `bytes=${start}-${end}`;
+      const ur = await upstreamRequest('GET', req.url, { ...base, range: upRange });
+      if ((ur.statusCode !== 206 && ur.statusCode !== 200) || (ur.headers.etag || '') !== etag) {
+        ur.destroy();
+        // Replaced between the HEAD and the GET: start again.
+        if (attempt < 3) continue;
+        sendError(res, 503, 'SlowDown', 'object kept changing', req.url);
+        return;
+      }
+      stats.forwarded++;
+      const headers = { ...ur.headers };
+      headers['content-length'] = String(want);
+      headers['content-range'] = `bytes ${start}-${end}/${size}`;
+      res.writeHead(206, headers);
+      let sent = 0;
+      ur.on('data', (chunk) => {
+        if (sent >= want) return;
+        const part = chunk.length > want - sent ? chunk.subarray(0, want - sent) : chunk;
+        sent += part.length;
+        if (!res.write(part)) {
+          ur.pause();
+          res.once('drain', () => ur.resume());
+        }
+        if (sent === want) {
+          res.end();
+          ur.destroy();
+        }
+      });
+      ur.on('end', () => {
+        if (sent < want) res.destroy(); // short: never look complete
+      });
+      ur.on('aborted', () => { if (sent < want) res.destroy(); });
+      ur.on('error', () => { if (sent < want) res.destroy(); });
+      res.on('close', () => ur.destroy());
+      return;
+    }
+  }
+
+  // ListObjectsV2 as S3 does it. s3rver 3.7.1 does not count common
+  // prefixes against max-keys and repeats them across pages, so the front
+  // lists every key under the prefix from s3rver (no delimiter, which it
+  // gets right) and groups, orders, pages and tokens them itself. The
+  // continuation token is the last element returned, base64-encoded.
+  async function listObjectsV2(req, res, q) {
+    const prefix = q.prefix || '';
+    const delimiter = q.delimiter || '';
+    let max = q['max-keys'] === undefined ? 1000 : Number(q['max-keys']);
+    if (!Number.isInteger(max) || max < 0) {
+      sendError(res, 400, 'InvalidArgument', 'Provided max-keys not an integer or within integer range', req.url);
+      return;
+    }
+    max = Math.min(max, 1000);
+    let after = q['start-after'] || '';
+    if (q['continuation-token'] !== undefined) {
+      after = Buffer.from(q['continuation-token'], 'base64').toString('utf8');
+      if (!after) {
+        sendError(res, 400, 'InvalidArgument', 'The continuation token provided is incorrect', req.url);
+        return;
+      }
+    }
+    const bucket = req.url.slice(1, req.url.indexOf('?'));
+    const elems = new Map(); // name -> null (a common prefix) or its <Contents> XML
+    let token = null;
+    do {
+      // s3rver returns at most 1000 keys a page; follow its own tokens.
+      const upPath = `/${bucket}?list-type=2&prefix=${awsEncode(prefix, false)}` +
+        (token ? `&continuation-token=${awsEncode(token, false)}` : '');
+      const ur = await upstreamRequest('GET', upPath, { host: req.headers.host });
+      const chunks = [];
+      for await (const c of ur) chunks.push(c);
+      const xml = Buffer.concat(chunks).toString('utf8');
+      if (ur.statusCode !== 200) {
+        res.writeHead(ur.statusCode, { 'content-type': 'application/xml', 'content-length': Buffer.byteLength(xml) });
+        res.end(xml);
+        return;
+      }
+      for (const m of xml.matchAll(/<Contents>([\s\S]*?)<\/Contents>/g)) {
+        const km = /<Key>([\s\S]*?)<\/Key>/.exec(m[1]);
+        if (!km) continue;
+        const key = xmlUnescape(km[1]);
+        if (!key.startsWith(prefix)) continue;
+        const cut = delimiter ? key.indexOf(delimiter, prefix.length) : -1;
+        if (cut >= 0) elems.set(key.slice(0, cut + delimiter.length), null);
+        else elems.set(key, m[1]);
+      }
+      const t = /<IsTruncated>true<\/IsTruncated>/.test(xml) && /<NextContinuationToken>([^<]+)<\/NextContinuationToken>/.exec(xml);
+      token = t ? xmlUnescape(t[1]) : null;
+    } while (token);
+    stats.forwarded++;
+    const names = [...elems.keys()]
+      .filter((n) => Buffer.compare(Buffer.from(n), Buffer.from(after)) > 0)
+      .sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    const page = names.slice(0, max);
+    const truncated = names.length > page.length;
+    const enc = q['encoding-type'] === 'url' ? (v) => awsEncode(v, true) : (v) => v;
+    let out = '<?xml version="1.0" encoding="UTF-8"?>\n' +
+      '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' +
+      `<Name>${xmlEscape(bucket)}</Name><Prefix>${xmlEscape(enc(prefix))}</Prefix>` +
+      (delimiter ? `<Delimiter>${xmlEscape(enc(delimiter))}</Delimiter>` : '') +
+      `<MaxKeys>${max}</MaxKeys><KeyCount>${page.length}</KeyCount>` +
+      `<IsTruncated>${truncated}</IsTruncated>` +
+      (q['continuation-token'] !== undefined ? `<ContinuationToken>${xmlEscape(q['continuation-token'])}</ContinuationToken>` : '') +
+      (truncated ? `<NextContinuationToken>${Buffer.from(page[page.length - 1]).toString('base64')}</NextContinuationToken>` : '') +
+      (q['start-after'] ? `<StartAfter>${xmlEscape(enc(q['start-after']))}</StartAfter>` : '') +
+      (q['encoding-type'] ? `<EncodingType>${xmlEscape(q['encoding-type'])}</EncodingType>` : '');
+    for (const n of page) {
+      const c = elems.get(n);
+      if (c !== null)
+        out += '<Contents>' + c.replace(/<Key>[\s\S]*?<\/Key>/, `<Key>${xmlEscape(enc(n))}</Key>`) + '</Contents>';
+    }
+    for (const n of page)
+      if (elems.get(n) === null) out += `<CommonPrefixes><Prefix>${xmlEscape(enc(n))}</Prefix></CommonPrefixes>`;
+    out += '</ListBucketResult>';
+    res.writeHead(200, { 'content-type': 'application/xml', 'content-length': Buffer.byteLength(out) });
+    res.end(out);
+  }
+
   // Sends a verified request to s3rver and streams the answer back.
-  function forward(req, res, body) {
+  function forward(req, res, body, plain) {
     const headers = { ...req.headers };
     delete headers.authorization; // s3rver takes anonymous requests
+    if (plain) {
+      delete headers.range;
+      delete headers['if-match'];
+    }
     delete headers['transfer-encoding'];
     headers['content-length'] = String(body.length);
     const up = http.request({

@@ -7,7 +7,8 @@
 #   s3_kill_store       kill -9 s3rver (the front stays, answering 503)
 #   s3_stats            the front's request counts (JSON)
 #   s3_reset_stats
-# Both processes are killed on exit.
+# Both processes are killed on exit. S3RVER_SILENT= (empty) shows s3rver's log
+# in $CIS_TMP/s3rver.log, for debugging.
 
 S3_NODE_DIR="$CIS_SRC/tests/node"
 S3_START_TIMEOUT=${S3_START_TIMEOUT:-30}
@@ -28,8 +29,10 @@ s3_start() {
 	mkdir -p "$data"
 
 	S3RVER_PORT=$(free_port)
-	node "$S3_NODE_DIR/node_modules/s3rver/bin/s3rver.js" -d "$data" -a 127.0.0.1 \
-		-p "$S3RVER_PORT" --silent --no-vhost-buckets \
+	# s3rver's continuation tokens are DES-encrypted; OpenSSL 3 keeps DES in
+	# its legacy provider, without which every truncated listing is a 500.
+	node --openssl-legacy-provider "$S3_NODE_DIR/node_modules/s3rver/bin/s3rver.js" -d "$data" -a 127.0.0.1 \
+		-p "$S3RVER_PORT" ${S3RVER_SILENT---silent} --no-vhost-buckets \
 		--configure-bucket "$CIS_S3_BUCKET" >"$CIS_TMP/s3rver.log" 2>&1 &
 	S3RVER_PID=$!
 	disown "$S3RVER_PID" # no "Killed" notices when a test kills it
