@@ -244,6 +244,15 @@ static void do_flush(wrk_fx *fx, fetch *f, bool final)
 	}
 }
 
+/* A fetch commits the block before it leaves the table (both in its
+ * thread, the leaving under mu), so with mu held: no fetch in the table
+ * and the block in the store means it landed since the caller looked.
+ * Without this re-check a reader in that window would fetch it again. */
+static bool do_cached_now(wrk_fx *fx, cis_block_id id)
+{
+	return !do_find(fx, id) && wrk_bs_has(fx->w->bs, id);
+}
+
 /* Create or join the fetch of ref. Caller holds fx->mu. NULL on ENOMEM. */
 static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *src,
                            bool pin, bool *created)
@@ -324,6 +333,7 @@ void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const
 	}
 	end = (len == 0 || len > blen - off) ? blen : off + len;
 
+again:
 	if (wrk_bs_acquire(w->bs, ref->id, true, &info) == 0) {
 		int fd;
 		struct stat st;
@@ -372,6 +382,12 @@ void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const
 		return;
 	}
 	pthread_mutex_lock(&fx->mu);
+	if (do_cached_now(fx, ref->id)) {
+		pthread_mutex_unlock(&fx->mu);
+		cis_rpc_conn_unref(wt->conn);
+		free(wt);
+		goto again;
+	}
 	f = do_get_fetch(fx, ref, WRK_PRIO_HIGH, NULL, false, &created);
 	if (!f) {
 		pthread_mutex_unlock(&fx->mu);
@@ -428,6 +444,11 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	wt->done = done;
 	wt->arg = arg;
 	pthread_mutex_lock(&fx->mu);
+	if (do_cached_now(fx, ref->id)) {
+		pthread_mutex_unlock(&fx->mu);
+		free(wt);
+		return wrk_fx_ensure(fx, ref, prio, source, pin, done, arg);
+	}
 	f = do_get_fetch(fx, ref, prio, source, pin, &created);
 	if (!f) {
 		pthread_mutex_unlock(&fx->mu);
