@@ -1,0 +1,249 @@
+/* The worker's block store (worker/blockstore.c) against a real directory
+ * and LMDB: commit and lookup, watermark eviction that spares pinned and
+ * in-use blocks, reopen with reconcile, verification, drop while in use,
+ * the persisted worker id. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../worker/blockstore.c"
+#include "../../worker/ref.c"
+#include "../../worker/slru.c"
+
+/* The master link is not part of this test. */
+void wrk_link_note(wrk_link *l, cis_block_id id, bool added)
+{
+	(void)l;
+	(void)id;
+	(void)added;
+}
+
+static wrk w;
+static char root[256], cdir[300], sdir[300];
+
+static void setup(void)
+{
+	snprintf(root, sizeof(root), "/tmp/cis-bs-test.XXXXXX");
+	cr_assert_not_null(mkdtemp(root));
+	snprintf(cdir, sizeof(cdir), "%s/cache", root);
+	snprintf(sdir, sizeof(sdir), "%s/state", root);
+	memset(&w, 0, sizeof(w));
+	w.metrics = cis_metrics_new();
+	w.m.evictions = cis_metrics_counter(w.metrics, "e", NULL, "e");
+	w.m.evicted_bytes = cis_metrics_counter(w.metrics, "eb", NULL, "eb");
+	w.m.checksum_failures = cis_metrics_counter(w.metrics, "c", NULL, "c");
+	w.m.disk_errors = cis_metrics_counter(w.metrics, "d", NULL, "d");
+}
+
+static void teardown(void)
+{
+	char cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	cr_assert_eq(system(cmd), 0);
+	cis_metrics_free(w.metrics);
+}
+
+static wrk_bs *open_bs(uint64_t cap)
+{
+	wrk_dir_cfg d = {cdir, cap};
+	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8};
+	wrk_bs *bs = NULL;
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(wrk_bs_open(&w, &o, &bs, &em), 0, "%s", em.text);
+	w.bs = bs;
+	return bs;
+}
+
+static cis_block_id bid(int i)
+{
+	return cis_block_id_make(1, "k", "v", (uint64_t)i);
+}
+
+/* Write a block of len bytes of value (char)i through the real path. */
+static int put(wrk_bs *bs, int i, size_t len, bool pin)
+{
+	char tmp[PATH_MAX], *buf = malloc(len);
+	cis_checksum *cs = cis_checksum_new();
+	int dir, fd, rc;
+
+	memset(buf, i, len);
+	rc = wrk_bs_reserve(bs, len, &dir);
+	if (rc < 0)
+		goto out;
+	fd = wrk_bs_create_tmp(bs, dir, bid(i), tmp, sizeof(tmp));
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	cis_checksum_update(cs, buf, len);
+	rc = wrk_bs_commit(bs, dir, bid(i), len, cis_checksum_digest(cs), tmp, pin);
+out:
+	cis_checksum_free(cs);
+	free(buf);
+	return rc;
+}
+
+static uint64_t used(wrk_bs *bs)
+{
+	Cis__DirUsage u = CIS__DIR_USAGE__INIT;
+
+	wrk_bs_dir_usage(bs, 0, &u);
+	return u.used;
+}
+
+TestSuite(worker_blockstore, .init = setup, .fini = teardown);
+
+Test(worker_blockstore, commit_then_acquire)
+{
+	wrk_bs *bs = open_bs(1000);
+	wrk_blk_info info;
+	struct stat st;
+
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(1), true, &info), 0);
+	cr_assert(info.verified);
+	cr_assert_eq(info.len, 100);
+	cr_assert_eq(stat(info.path, &st), 0);
+	cr_assert_eq(st.st_size, 100);
+	cr_assert(strstr(info.path, "/cache/"));
+	wrk_bs_release(bs, info.blk);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(2), true, &info), -ENOENT);
+	cr_assert_eq(used(bs), 100);
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, eviction_spares_pinned_and_in_use)
+{
+	wrk_bs *bs = open_bs(1000);
+	wrk_blk_info held;
+
+	cr_assert_eq(put(bs, 0, 100, true), 0); /* pinned, oldest */
+	for (int i = 1; i < 9; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(1), false, &held), 0); /* in use */
+	cr_assert_eq(used(bs), 900);
+	/* 900 + 100 > high (900): evict down to low (500). */
+	cr_assert_eq(put(bs, 9, 100, false), 0);
+	cr_assert_leq(used(bs), 600);
+	cr_assert(wrk_bs_has(bs, bid(0)), "pinned block evicted");
+	cr_assert(wrk_bs_has(bs, bid(1)), "block in use evicted");
+	cr_assert(!wrk_bs_has(bs, bid(2)), "oldest unpinned block kept");
+	cr_assert(wrk_bs_has(bs, bid(9)));
+	cr_assert_gt(cis_counter_get(w.m.evictions), 0);
+	wrk_bs_release(bs, held.blk);
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, full_of_pinned_blocks_is_enospc)
+{
+	wrk_bs *bs = open_bs(300);
+
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(put(bs, i, 100, true), 0);
+	cr_assert_eq(put(bs, 3, 100, false), -ENOSPC);
+	cr_assert_eq(wrk_bs_pin(bs, bid(0), false), 0);
+	cr_assert_eq(put(bs, 3, 100, false), 0, "unpinned block makes room");
+	cr_assert(!wrk_bs_has(bs, bid(0)));
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, reopen_reconciles_and_verifies)
+{
+	wrk_bs *bs = open_bs(10000);
+	char p[PATH_MAX], hex[CIS_BLOCK_ID_HEX];
+	wrk_blk_info info;
+	FILE *f;
+
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(put(bs, i, 100, i == 3), 0);
+	cr_assert_eq(wrk_bs_save_worker_id(bs, 42), 0);
+	wrk_bs_close(bs);
+
+	/* Behind the worker's back: a leftover temporary, an unknown file,
+	 * a missing block file, a corrupted one. */
+	snprintf(p, sizeof(p), "%s/.tmp/x.1", cdir);
+	f = fopen(p, "w");
+	fclose(f);
+	snprintf(p, sizeof(p), "%s/ab", cdir);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/ab/abababababababababababababababab", cdir);
+	f = fopen(p, "w");
+	fclose(f);
+	cis_block_id_fmt(bid(1), hex);
+	snprintf(p, sizeof(p), "%s/%.2s/%s", cdir, hex, hex);
+	cr_assert_eq(unlink(p), 0);
+	cis_block_id_fmt(bid(2), hex);
+	snprintf(p, sizeof(p), "%s/%.2s/%s", cdir, hex, hex);
+	f = fopen(p, "r+");
+	fputc('X', f);
+	fclose(f);
+
+	bs = open_bs(10000);
+	cr_assert_eq(wrk_bs_load_worker_id(bs), 42);
+	snprintf(p, sizeof(p), "%s/.tmp/x.1", cdir);
+	cr_assert_neq(access(p, F_OK), 0, "temporary survived");
+	snprintf(p, sizeof(p), "%s/ab/abababababababababababababababab", cdir);
+	cr_assert_neq(access(p, F_OK), 0, "unknown file survived");
+	cr_assert(!wrk_bs_has(bs, bid(1)), "entry without a file kept");
+	cr_assert_eq(wrk_bs_nblocks(bs), 3);
+
+	cr_assert_eq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
+	cr_assert(!info.verified, "unverified after a restart");
+	cr_assert(!info.pinned);
+	wrk_bs_release(bs, info.blk);
+	cr_assert_eq(wrk_bs_verify(bs, bid(0)), 0);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
+	cr_assert(info.verified);
+	wrk_bs_release(bs, info.blk);
+
+	cr_assert_eq(wrk_bs_verify(bs, bid(2)), -CIS_E_CHECKSUM);
+	cr_assert(!wrk_bs_has(bs, bid(2)), "corrupted block kept");
+	cr_assert_eq(cis_counter_get(w.m.checksum_failures), 1);
+
+	cr_assert_eq(wrk_bs_acquire(bs, bid(3), false, &info), 0);
+	cr_assert(info.pinned, "pin lost across a restart");
+	wrk_bs_release(bs, info.blk);
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, drop_in_use_keeps_the_open_file_readable)
+{
+	wrk_bs *bs = open_bs(1000);
+	wrk_blk_info info;
+	char c;
+	int fd;
+
+	cr_assert_eq(put(bs, 5, 100, false), 0);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(5), false, &info), 0);
+	fd = open(info.path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(wrk_bs_drop(bs, bid(5), "test"), -EBUSY);
+	cr_assert(!wrk_bs_has(bs, bid(5)));
+	cr_assert_neq(access(info.path, F_OK), 0, "file still there");
+	cr_assert_eq(pread(fd, &c, 1, 50), 1);
+	cr_assert_eq(c, 5);
+	close(fd);
+	/* A fresh copy may be cached while the old one is still held. */
+	cr_assert_eq(put(bs, 5, 100, false), 0);
+	wrk_bs_release(bs, info.blk);
+	cr_assert(wrk_bs_has(bs, bid(5)), "release of the old copy dropped the new one");
+	cr_assert_eq(used(bs), 100);
+	cr_assert_eq(wrk_bs_drop(bs, bid(6), "test"), -ENOENT);
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, second_worker_on_the_state_dir_refused)
+{
+	wrk_bs *bs = open_bs(1000), *bs2 = NULL;
+	wrk_dir_cfg d = {cdir, 1000};
+	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8};
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(wrk_bs_open(&w, &o, &bs2, &em), -EBUSY);
+	cr_assert(strstr(em.text, "in use"), "%s", em.text);
+	wrk_bs_close(bs);
+}
