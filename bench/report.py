@@ -43,6 +43,7 @@ TITLE = {
     "meta": "3. Metadata: find + stat",
     "train-files": "4a. Training simulation, small files (ImageNet-like)",
     "train-shards": "4b. Training simulation, large shards (WebDataset-like)",
+    "master-ls": "5. Master: ls -R against a plain ListObjectsV2 walk",
 }
 
 
@@ -97,10 +98,10 @@ def ratio(a, b):
     return a / b
 
 
-def verdict(r, goal):
+def verdict(r, goal, op="ge"):
     if r is None:
         return "not measured"
-    return "met" if r >= goal else "not met"
+    return "met" if (r >= goal if op == "ge" else r <= goal) else "not met"
 
 
 def chart(path, title, ylabel, rows, series):
@@ -286,8 +287,27 @@ def main():
     summary = []
     for d in results:
         b = d["benchmark"]
-        kind = d["workload"][0]
         md += [f"## {TITLE.get(b, b)} — {d['store']} store", ""]
+        if "table" in d or "workload" not in d:
+            # A benchmark with its own table (bench/master_ls.py and the like).
+            params = ", ".join(f"{k} {v}" for k, v in d.get("params", {}).items())
+            md.append(f"Parameters: {params}; {d.get('repeats', 1)} repeats.")
+            md.append("")
+            t = d.get("table")
+            if t and t["rows"]:
+                md.append("| " + " | ".join(t["columns"]) + " |")
+                md.append("|---|" + "---:|" * (len(t["columns"]) - 1))
+                md += ["| " + " | ".join(str(c) for c in r) + " |" for r in t["rows"]]
+            if d.get("extra"):
+                md += ["", d["extra"]]
+            if d.get("errors"):
+                md += ["", "Not measured in this run:", ""]
+                md += [f"- {k}: `{v}`" for k, v in d["errors"].items()]
+            md.append("")
+            for t in d.get("targets", []):
+                summary.append((f"{TITLE.get(b, b)} ({d['store']})", *t))
+            continue
+        kind = d["workload"][0]
         params = ", ".join(f"{k} {v}" for k, v in d["params"].items())
         md.append(f"Parameters: {params}; {d['repeats']} repeats; page cache dropped: "
                   f"{'yes' if d.get('page_cache_dropped') else 'no (not root)'}.")
@@ -308,8 +328,8 @@ def main():
     md += ["## Targets", "",
            "Goals, not tests. A ratio is Cistern's figure over the baseline named.", "",
            "| benchmark | target | ratio | |", "|---|---|---:|---|"]
-    for bench, name, r, goal in summary:
-        md.append(f"| {bench} | {name} | {fmt(r, 2)} | {verdict(r, goal)} |")
+    for bench, name, r, goal, *op in summary:
+        md.append(f"| {bench} | {name} | {fmt(r, 2)} | {verdict(r, goal, *op)} |")
     if not summary:
         md.append("| — | no results | — | not measured |")
     md.append("")

@@ -323,31 +323,40 @@ static uint16_t any_free_port(const uint16_t *avoid, size_t navoid)
 	return 0;
 }
 
-/* The default when it (and its +1 HTTP neighbour, if pair) is free, else
- * any free port (and its neighbour). Chosen ports are added to used. */
+static bool port_clash(uint16_t p, bool pair, const uint16_t *used, size_t nused)
+{
+	for (size_t i = 0; i < nused; i++)
+		if (used[i] == p || (pair && used[i] == p + 1))
+			return true;
+	return false;
+}
+
+/* The default when it (and its +1 HTTP neighbour, if pair) is free, else the
+ * next free ones above it (below the kernel's ephemeral range, where an
+ * outgoing connection could take a port between our check and the daemon's
+ * bind), else any free port. Chosen ports are added to used. */
 static int pick_port(uint16_t def, bool pair, uint16_t *used, size_t *nused, uint16_t *out)
 {
-	bool clash = false;
+	uint16_t p = 0;
 
-	for (size_t i = 0; i < *nused; i++)
-		clash |= used[i] == def || (pair && used[i] == def + 1);
-	if (!clash && port_free(def) && (!pair || port_free((uint16_t)(def + 1)))) {
-		*out = def;
-	} else {
-		uint16_t p = 0;
-
-		for (int tries = 0; tries < 32 && !p; tries++) {
-			p = any_free_port(used, *nused);
-			if (p && pair && !port_free((uint16_t)(p + 1)))
-				p = 0;
+	for (unsigned c = def; c < (unsigned)def + 400 && c < 32000; c += pair ? 2 : 1) {
+		if (!port_clash((uint16_t)c, pair, used, *nused) && port_free((uint16_t)c) &&
+		    (!pair || port_free((uint16_t)(c + 1)))) {
+			p = (uint16_t)c;
+			break;
 		}
-		if (!p)
-			return -EADDRINUSE;
-		*out = p;
 	}
-	used[(*nused)++] = *out;
+	for (int tries = 0; tries < 32 && !p; tries++) {
+		p = any_free_port(used, *nused);
+		if (p && pair && !port_free((uint16_t)(p + 1)))
+			p = 0;
+	}
+	if (!p)
+		return -EADDRINUSE;
+	*out = p;
+	used[(*nused)++] = p;
 	if (pair)
-		used[(*nused)++] = (uint16_t)(*out + 1);
+		used[(*nused)++] = (uint16_t)(p + 1);
 	return 0;
 }
 
