@@ -233,6 +233,15 @@ static int parse_args(cis_config *cfg, int argc, char **argv, int first, const c
 				*help = true;
 				continue;
 			}
+			/* --config is understood by every program, listed or not. */
+			if (nlen == 6 && strncmp(name, "config", 6) == 0 &&
+			    !find_opt(cfg, name, nlen, &idx)) {
+				if (!value && i + 1 >= argc)
+					return cis_fail(em, -CIS_E_CONFIG,
+					                "flag '--config' needs a value (FILE)");
+				*config_path = value ? value : argv[++i];
+				continue;
+			}
 			opt = find_opt(cfg, name, nlen, &idx);
 			if (!opt)
 				return cis_fail(em, -CIS_E_CONFIG, "unknown flag '--%.*s'",

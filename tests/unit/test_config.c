@@ -192,3 +192,21 @@ Test(format, sizes)
 	cis_fmt_size(1536ull << 20, out, sizeof(out));
 	cr_assert_str_eq(out, "1.5 GiB");
 }
+
+Test(config, config_flag_understood_without_table_entry)
+{
+	static const cis_opt bare[] = {
+	    {"rpc-port", "N", "19600", "RPC port", false, 0},
+	    CIS_OPT_END,
+	};
+	cis_config *cfg;
+	cis_errmsg em = {{0}};
+	char *argv[] = {"prog", "--config", path, NULL};
+
+	write_file("rpc-port = 7\n");
+	argv[2] = path;
+	cr_assert_eq(cis_config_load(&cfg, bare, NULL, 3, argv, 1, &em), 0, "%s", em.text);
+	cr_assert_str_eq(cis_config_str(cfg, "rpc-port"), "7");
+	cis_config_free(cfg);
+	unlink(path);
+}
