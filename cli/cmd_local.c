@@ -939,20 +939,28 @@ static int supervise(local_stack *s, int ready_fd)
 		}
 		reap(s);
 		local_child *all[] = {&s->master, &s->worker, &s->fuse};
+		bool done = false;
 
 		for (size_t i = 0; i < 3; i++) {
-			if (!child_alive(all[i])) {
-				char why[768];
+			char why[768];
 
-				child_describe_exit(all[i], why, sizeof(why));
-				fprintf(stderr, "cistern local: %s; stopping the rest\n", why);
-				code = 1;
+			if (child_alive(all[i]))
+				continue;
+			done = true;
+			/* Unmounted from outside (fusermount3 -u): cistern-fuse
+			 * ends cleanly, and the rest is stopped as on a signal. */
+			if (all[i] == &s->fuse && WIFEXITED(s->fuse.status) &&
+			    WEXITSTATUS(s->fuse.status) == 0 && !mounted_fuse(s->mnt)) {
+				fprintf(stderr, "cistern local: %s was unmounted; stopping\n",
+				        s->mnt);
+				continue;
 			}
+			child_describe_exit(all[i], why, sizeof(why));
+			fprintf(stderr, "cistern local: %s; stopping the rest\n", why);
+			code = 1;
 		}
-		if (code)
+		if (done)
 			break;
-		/* Unmounted from outside (fusermount3 -u): cistern-fuse exits
-		 * by itself and the loop above sees it. */
 	}
 	stack_teardown(s);
 	remove_state_files(s);

@@ -2,7 +2,8 @@
 # `cistern local`: the whole stack for one machine.
 #  - file:// store, background mode: ready when it returns, files readable and
 #    identical through the mount, a second start on the same mount point
-#    refused, --stop leaves no process and no mount;
+#    refused, --stop leaves no process and no mount, nor does an unmount
+#    from outside (fusermount3 -u);
 #  - s3rver (SigV4-verifying front), foreground mode (-f): ready line, files
 #    identical, SIGTERM unmounts and stops everything;
 #  - failures: a bucket that does not exist, an unsupported URI, a daemon
@@ -106,6 +107,13 @@ out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>
 compare_tree "$SRC" "file:// after restart"
 "$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "second --stop failed"
 assert_stopped "$STATE" "second --stop"
+
+# Unmounted from outside: the stack notices and stops by itself.
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>&1) ||
+	fail "start before the outside unmount failed: $out"
+fusermount3 -u "$MNT" || fail "fusermount3 -u failed"
+assert_stopped "$STATE" "outside unmount"
+assert_contains "$(cat "$STATE/logs/local.log")" "was unmounted; stopping" "outside unmount logged"
 
 # --- s3rver, foreground --------------------------------------------------
 s3_start
