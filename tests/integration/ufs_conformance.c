@@ -216,6 +216,18 @@ Test(dispatch, uri_hides_credentials)
 	cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
 	cr_expect(strstr(em.text, "gs://bucket/p"), "message: %s", em.text);
 
+	/* A backend refusing userinfo must not echo it either. */
+	const char *with_secret[] = {"file://u:SeCrEt@/tmp", "s3://AKID:SeCrEt@bucket/p"};
+	for (size_t i = 0; i < 2; i++) {
+		em.text[0] = 0;
+		err = cis_ufs_open(with_secret[i], NULL, &u, &em);
+		if (err == 0) {
+			cr_expect_null(strstr(cis_ufs_uri(u), "SeCrEt"), "uri: %s", cis_ufs_uri(u));
+			cis_ufs_close(u);
+		}
+		cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
+	}
+
 	err = cis_ufs_open("FILE:///tmp", NULL, &u, &em);
 	cr_assert_eq(err, 0, "scheme case: %s", em.text);
 	cr_expect_str_eq(cis_ufs_uri(u), "FILE:///tmp");
