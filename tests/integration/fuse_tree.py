@@ -11,8 +11,9 @@
   fuse_tree.py s3put SRC PREFIX
       upload every file under SRC to $CIS_S3_ENDPOINT/$CIS_S3_BUCKET/PREFIX/
       with curl (SigV4), keys URL-encoded, 8 at a time
-  fuse_tree.py slowread PATH CHUNK_KIB DELAY_MS
-      read PATH in chunks with a pause between them; print its sha256
+  fuse_tree.py gatedread PATH GATE_DIR
+      read the first half of PATH in 1 MiB chunks, create GATE_DIR/paused,
+      wait (at most 60 s) for GATE_DIR/go, read the rest; print its sha256
 """
 import hashlib
 import os
@@ -43,7 +44,7 @@ def make(root, nfiles=2000, big_mib=64):
         elif r < 0.85:
             sizes.append(rng.randint(1, 20000))
         elif r < 0.995:
-            sizes.append(rng.randint(20001, 300000))
+            sizes.append(rng.randint(20001, 120000))
         else:
             sizes.append(rng.randint(1 << 20, 3 << 20) + rng.randint(1, 4095))
     sizes[7] = big_mib << 20  # the one big file
@@ -123,15 +124,28 @@ def s3put(src, prefix):
                 sys.exit("upload %r failed: %s" % (rel, err.strip()))
 
 
-def slowread(path, chunk_kib, delay_ms):
+def gatedread(path, gate):
     h = hashlib.sha256()
+    half = os.path.getsize(path) // 2
+    done = 0
     with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk_kib << 10)
+        while done < half:
+            b = f.read(1 << 20)
             if not b:
                 break
             h.update(b)
-            time.sleep(delay_ms / 1000.0)
+            done += len(b)
+        open(os.path.join(gate, "paused"), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(gate, "go")):
+            if time.monotonic() > deadline:
+                sys.exit("gatedread: no go after 60 s")
+            time.sleep(0.05)
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
     print(h.hexdigest())
 
 
@@ -144,7 +158,7 @@ if __name__ == "__main__":
         preads(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "s3put":
         s3put(sys.argv[2], sys.argv[3])
-    elif cmd == "slowread":
-        slowread(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "gatedread":
+        gatedread(sys.argv[2], sys.argv[3])
     else:
         sys.exit("unknown command " + cmd)
