@@ -335,10 +335,19 @@ Test(fuse_opts, mount_helper_form)
 	cr_assert_not(o.foreground);
 	fcl_opts_free(&o);
 
-	const char *argv2[] = {"cistern-fuse", "cistern", "/mnt/data", "-omaster=h:1,defaults"};
+	const char *argv2[] = {"cistern-fuse", "cistern", "/mnt/data",
+	                       "-omaster=h:1,defaults,no_short_circuit,log_file=/var/log/c.log"};
 	cr_assert_eq(parse(&o, &em, 4, argv2), 0, "%s", em.text);
 	cr_assert_str_eq(o.master, "h:1");
 	cr_assert_null(o.fuse_opts);
+	cr_assert(o.no_short_circuit);
+	cr_assert_str_eq(o.log_file, "/var/log/c.log");
+	fcl_opts_free(&o);
+
+	/* A source that is not HOST:PORT is a label; -o master= still wins. */
+	const char *argv3[] = {"cistern-fuse", "10.0.0.9:7", "/m", "-o", "master=h:2"};
+	cr_assert_eq(parse(&o, &em, 5, argv3), 0, "%s", em.text);
+	cr_assert_str_eq(o.master, "h:2");
 	fcl_opts_free(&o);
 }
 
