@@ -44,5 +44,13 @@ int cmd_sync(cli_ctx *c, int argc, char **argv);
 int cmd_report(cli_ctx *c, int argc, char **argv);
 int cmd_workers(cli_ctx *c, int argc, char **argv);
 int cmd_local(cli_ctx *c, int argc, char **argv);
+int cmd_load(cli_ctx *c, int argc, char **argv);
+int cmd_free(cli_ctx *c, int argc, char **argv);
+int cmd_jobs(cli_ctx *c, int argc, char **argv);
+int cmd_job(cli_ctx *c, int argc, char **argv);
+int cmd_setrep(cli_ctx *c, int argc, char **argv);
+int cmd_pin(cli_ctx *c, int argc, char **argv);
+int cmd_unpin(cli_ctx *c, int argc, char **argv);
+int cmd_ttl(cli_ctx *c, int argc, char **argv);
 
 #endif

@@ -34,6 +34,35 @@ int cmd_report(cli_ctx *c, int argc, char **argv)
 			printf("cache:           %s used of %s\n", used, cap);
 			printf("blocks indexed:  %lld\n", jint(o, "blocks_indexed"));
 			printf("store listings:  %lld\n", jint(o, "store_lists"));
+			size_t i;
+			json_t *v;
+			printf("\n%-6s %-20s %10s %10s %8s %6s\n", "WORKER", "HOST", "USED",
+			       "CAPACITY", "BLOCKS", "HITS");
+			json_array_foreach(json_object_get(o, "workers"), i, v)
+			{
+				char wc[32], wu[32], hr[16];
+				json_t *h = json_object_get(v, "hit_ratio");
+				cis_fmt_size((uint64_t)jint(v, "capacity"), wc, sizeof(wc));
+				cis_fmt_size((uint64_t)jint(v, "used"), wu, sizeof(wu));
+				if (json_is_number(h))
+					snprintf(hr, sizeof(hr), "%.0f%%",
+					         json_number_value(h) * 100);
+				else
+					snprintf(hr, sizeof(hr), "-");
+				printf("%-6lld %-20s %10s %10s %8lld %6s\n", jint(v, "id"),
+				       json_string_value(json_object_get(v, "hostname")), wu, wc,
+				       jint(v, "blocks"), hr);
+			}
+			printf("\n%-24s %10s %10s %8s\n", "MOUNT", "CACHED", "TOTAL", "FILES");
+			json_array_foreach(json_object_get(o, "mount_usage"), i, v)
+			{
+				char cb[32], tb[32];
+				cis_fmt_size((uint64_t)jint(v, "cached_bytes"), cb, sizeof(cb));
+				cis_fmt_size((uint64_t)jint(v, "total_bytes"), tb, sizeof(tb));
+				printf("%-24s %10s %10s %8lld\n",
+				       json_string_value(json_object_get(v, "path")), cb, tb,
+				       jint(v, "files"));
+			}
 		}
 		json_decref(o);
 	}

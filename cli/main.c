@@ -20,6 +20,14 @@ static const cli_cmd commands[] = {
     {"sync", "re-list a directory from its store now", cmd_sync},
     {"report", "cluster summary", cmd_report},
     {"workers", "list live workers", cmd_workers},
+    {"load", "preload a path into the cache (a job)", cmd_load},
+    {"free", "drop a path's blocks from every worker", cmd_free},
+    {"jobs", "list jobs", cmd_jobs},
+    {"job", "show a job, or cancel it (job cancel ID)", cmd_job},
+    {"setrep", "set a path's replication target", cmd_setrep},
+    {"pin", "keep a path's blocks from eviction", cmd_pin},
+    {"unpin", "let a path's blocks be evicted again", cmd_unpin},
+    {"ttl", "free a path's blocks SECONDS after they are loaded", cmd_ttl},
     {"local", "run master, worker and FUSE client here; mount a store", cmd_local},
 };
 

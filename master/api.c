@@ -9,9 +9,10 @@
 
 #include "cistern/config.h"
 #include "cistern/log.h"
+#include "cistern/proto/common.pb-c.h"
 #include "master.h"
 
-const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", NULL};
+const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", "id", NULL};
 
 static int status_of(int code)
 {
@@ -28,6 +29,8 @@ static int status_of(int code)
 	case -CIS_E_CONFIG:
 	case -CIS_E_TOOBIG:
 		return 400;
+	case -ENOSPC:
+		return 507;
 	case -EEXIST:
 	case -EBUSY:
 	case -ESTALE:
@@ -333,6 +336,56 @@ static int api_workers(mst_master *m, json_t **out)
 	return 200;
 }
 
+struct usage {
+	mst_master *m;
+	uint64_t files, bytes, cached;
+};
+
+static int usage_file(void *arg, const char *path, const mst_inode *f)
+{
+	struct usage *u = arg;
+	uint64_t bs = 0, nb = mst_file_blocks(u->m, f, &bs);
+	(void)path;
+	u->files++;
+	u->bytes += f->size;
+	for (uint64_t b = 0; b < nb; b++) {
+		uint64_t w;
+		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, b);
+		if (mst_workers_locate(u->m->workers, id, &w, 1)) {
+			uint64_t end = (b + 1) * bs;
+			u->cached += (end > f->size ? f->size : end) - b * bs;
+		}
+	}
+	return 0;
+}
+
+/* Per mount: bytes known to the namespace (listed so far) and bytes with at
+ * least one cached copy. O(files listed): a walk of LMDB, no store access. */
+static json_t *mounts_usage(mst_master *m)
+{
+	json_t *ms = mst_mounts_json(m), *out = json_array();
+	size_t i;
+	json_t *mt;
+	json_array_foreach(ms, i, mt)
+	{
+		struct usage u = {.m = m};
+		cis_errmsg em = {{0}};
+		const char *path = json_string_value(json_object_get(mt, "path"));
+		if (!path)
+			continue;
+		mst_walk(m, path, false, usage_file, NULL, &u, &em);
+		json_array_append_new(
+		    out, json_pack("{s:s, s:I, s:I, s:I, s:I}", "path", path, "id",
+		                   json_object_get(mt, "id")
+		                       ? json_integer_value(json_object_get(mt, "id"))
+		                       : 0,
+		                   "files", (json_int_t)u.files, "total_bytes", (json_int_t)u.bytes,
+		                   "cached_bytes", (json_int_t)u.cached));
+	}
+	json_decref(ms);
+	return out;
+}
+
 static int api_report(mst_master *m, json_t **out)
 {
 	json_t *w = mst_workers_json(m->workers);
@@ -344,18 +397,217 @@ static int api_report(mst_master *m, json_t **out)
 	{
 		cap += (uint64_t)json_integer_value(json_object_get(v, "capacity"));
 		used += (uint64_t)json_integer_value(json_object_get(v, "used"));
+		/* hit ratio from the worker's own counters (its /metrics) */
+		Cis__WorkerInfo *wi = mst_workers_info(
+		    m->workers, (uint64_t)json_integer_value(json_object_get(v, "id")));
+		uint64_t hits, misses;
+		if (wi && mst_worker_hits(wi, &hits, &misses) == 0) {
+			json_object_set_new(v, "hits", json_integer((json_int_t)hits));
+			json_object_set_new(v, "misses", json_integer((json_int_t)misses));
+			json_object_set_new(v, "hit_ratio",
+			                    hits + misses
+			                        ? json_real((double)hits / (double)(hits + misses))
+			                        : json_null());
+		}
+		if (wi)
+			protobuf_c_message_free_unpacked(&wi->base, NULL);
 	}
-	*out = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:I}", "mounts",
+	*out = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:I, s:O, s:o}", "mounts",
 	                 (json_int_t)mst_mount_count(m), "inodes", (json_int_t)mst_inode_count(m),
 	                 "workers_live", (json_int_t)json_array_size(arr), "capacity",
 	                 (json_int_t)cap, "used", (json_int_t)used, "worker_list_version",
 	                 (json_int_t)mst_workers_version(m->workers), "blocks_indexed",
 	                 json_object_get(w, "blocks_indexed"), "store_lists",
-	                 (json_int_t)cis_counter_get(m->c_store_lists));
+	                 (json_int_t)cis_counter_get(m->c_store_lists), "workers", arr,
+	                 "mount_usage", mounts_usage(m));
 	json_decref(w);
 	return 200;
 }
 
+/* ---- jobs and policies ---- */
+
+static int get_u64(json_t *body, const char *k, uint64_t max, uint64_t *out, json_t **err_out)
+{
+	json_t *v = json_object_get(body, k);
+	if (!v)
+		return 0;
+	if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+	    (uint64_t)json_integer_value(v) <= max) {
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v) && !cis_parse_size(json_string_value(v), out) && *out <= max)
+		return 0;
+	char msg[80];
+	snprintf(msg, sizeof(msg), "bad \"%s\"", k);
+	return fail_msg(err_out, 400, msg);
+}
+
+static int get_bool(json_t *body, const char *k, bool *out, json_t **err_out)
+{
+	json_t *v = json_object_get(body, k);
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v)) {
+		char msg[80];
+		snprintf(msg, sizeof(msg), "\"%s\" must be true or false", k);
+		return fail_msg(err_out, 400, msg);
+	}
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {0};
+	uint64_t rep = 1, par = 4, bw = 0;
+	int st;
+	if (!body)
+		return fail_msg(out, 400, "a json object body is required");
+	int err = get_path(NULL, body, &r.path, &em);
+	if (err)
+		return fail(out, err, &em);
+	json_t *jt = json_object_get(body, "type");
+	r.type = jt ? json_string_value(jt) : "load";
+	if (!r.type)
+		return fail_msg(out, 400, "\"type\" must be a string");
+	if ((st = get_u64(body, "replicas", 64, &rep, out)) ||
+	    (st = get_u64(body, "parallel", 256, &par, out)) ||
+	    (st = get_u64(body, "bandwidth", UINT64_MAX / 2, &bw, out)) ||
+	    (st = get_bool(body, "verify", &r.verify, out)) ||
+	    (st = get_bool(body, "metadata_only", &r.metadata_only, out)))
+		return st;
+	if (!rep || !par)
+		return fail_msg(out, 400, "\"replicas\" and \"parallel\" must be at least 1");
+	r.replicas = (uint32_t)rep;
+	r.parallel = (uint32_t)par;
+	r.bandwidth = bw;
+	uint64_t id;
+	err = mst_job_submit(m, &r, &id, &em);
+	if (err)
+		return fail(out, err, &em);
+	*out = json_pack("{s:o}", "job", mst_job_json(m, id, 0));
+	return 201;
+}
+
+static int get_id(const cis_kvlist *q, json_t *body, uint64_t *id, json_t **out)
+{
+	json_t *v = body ? json_object_get(body, "id") : NULL;
+	const char *s = q ? cis_kvlist_get(q, "id") : NULL;
+	char *end;
+	if (json_is_integer(v) && json_integer_value(v) > 0) {
+		*id = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (!v && s && *s) {
+		*id = strtoull(s, &end, 10);
+		if (!*end && *id)
+			return 0;
+	}
+	return fail_msg(out, 400, "a job id (a positive integer) is required");
+}
+
+static int api_job_get(mst_master *m, const cis_kvlist *q, json_t **out)
+{
+	uint64_t id, limit = 100;
+	int st = get_id(q, NULL, &id, out);
+	if (st)
+		return st;
+	const char *ls = cis_kvlist_get(q, "limit");
+	if (ls && (cis_parse_size(ls, &limit) || limit > 1000))
+		return fail_msg(out, 400, "bad limit");
+	json_t *j = mst_job_json(m, id, limit);
+	if (!j)
+		return fail_msg(out, 404, "no such job");
+	*out = json_pack("{s:o}", "job", j);
+	return 200;
+}
+
+static int api_job_cancel(mst_master *m, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	uint64_t id;
+	int st = get_id(NULL, body, &id, out);
+	if (st)
+		return st;
+	int err = mst_job_cancel(m, id, &em);
+	if (err)
+		return fail(out, err, &em);
+	*out = json_pack("{s:I, s:b}", "id", (json_int_t)id, "cancelled", 1);
+	return 200;
+}
+
+static json_t *policy_json(const mst_policy *p)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "replicas", p->replicas ? json_integer(p->replicas) : json_null());
+	json_object_set_new(o, "pin", json_boolean(p->pin == 1));
+	json_object_set_new(o, "ttl", p->ttl_s > 0 ? json_integer(p->ttl_s) : json_null());
+	return o;
+}
+
+/* Body: {"path", "replicas": N, "recursive": bool, "pin": bool, "ttl": N | "off"}.
+ * Pin starts a pin job (after refusing a pin larger than the cache), unpin
+ * an unpin job. */
+static int api_policy_post(mst_master *m, json_t *body, json_t **out)
+{
+	cis_errmsg em = {{0}};
+	const char *path;
+	uint64_t rep = 0;
+	bool rec = false, pin = false;
+	int64_t ttl = -2;
+	int st;
+	if (!body)
+		return fail_msg(out, 400, "a json object body is required");
+	int err = get_path(NULL, body, &path, &em);
+	if (err)
+		return fail(out, err, &em);
+	json_t *jr = json_object_get(body, "replicas"), *jp = json_object_get(body, "pin"),
+	       *jt = json_object_get(body, "ttl");
+	if ((st = get_u64(body, "replicas", 64, &rep, out)) ||
+	    (st = get_bool(body, "recursive", &rec, out)) ||
+	    (st = get_bool(body, "pin", &pin, out)))
+		return st;
+	if (jr && !rep)
+		return fail_msg(out, 400, "\"replicas\" must be 1..64");
+	if (jt) {
+		if (json_is_string(jt) && !strcmp(json_string_value(jt), "off"))
+			ttl = 0;
+		else if (json_is_integer(jt) && json_integer_value(jt) > 0)
+			ttl = json_integer_value(jt);
+		else
+			return fail_msg(out, 400, "\"ttl\" must be seconds (> 0) or \"off\"");
+	}
+	if (!jr && !jp && !jt)
+		return fail_msg(out, 400, "nothing to set: give replicas, pin or ttl");
+	mst_inode *ino = malloc(sizeof(*ino));
+	if (!ino)
+		return fail_msg(out, 500, "out of memory");
+	err = mst_ns_resolve(m, path, ino, &em);
+	free(ino);
+	if (err)
+		return fail(out, err, &em);
+	uint64_t job = 0;
+	if (jp) {
+		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path};
+		/* pin: the capacity check comes first, before the policy is kept */
+		err = mst_job_submit(m, &r, &job, &em);
+		if (err)
+			return fail(out, err, &em);
+	}
+	err =
+	    mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl, rec && jr, &em);
+	if (err)
+		return fail(out, err, &em);
+	if (jr)
+		mst_repl_kick(m);
+	mst_policy p;
+	mst_policy_resolve(m, path, &p);
+	*out = json_pack("{s:s, s:o, s:o}", "path", path, "policy", policy_json(&p), "job",
+	                 job ? json_integer((json_int_t)job) : json_null());
+	return 200;
+}
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out)
 {
@@ -369,6 +621,11 @@ int mst_api_handle(mst_master *m, const char *method, const char *path, const ci
 	    {"/api/v1/sync", "POST"},
 	    {"/api/v1/report", "GET"},
 	    {"/api/v1/workers", "GET"},
+	    {"/api/v1/jobs", "GET POST"},
+	    {"/api/v1/job", "GET"},
+	    {"/api/v1/job/cancel", "POST"},
+	    {"/api/v1/policies", "GET"},
+	    {"/api/v1/policy", "POST"},
 	};
 	*out = NULL;
 	cis_counter_inc(m->c_api_requests);
@@ -402,5 +659,21 @@ int mst_api_handle(mst_master *m, const char *method, const char *path, const ci
 		return api_sync(m, query, body, out);
 	if (!strcmp(path, "/api/v1/report"))
 		return api_report(m, out);
+	if (!strcmp(path, "/api/v1/jobs")) {
+		if (!strcmp(method, "POST"))
+			return api_jobs_post(m, body, out);
+		*out = json_pack("{s:o}", "jobs", mst_jobs_json(m));
+		return 200;
+	}
+	if (!strcmp(path, "/api/v1/job"))
+		return api_job_get(m, query, out);
+	if (!strcmp(path, "/api/v1/job/cancel"))
+		return api_job_cancel(m, body, out);
+	if (!strcmp(path, "/api/v1/policies")) {
+		*out = json_pack("{s:o}", "policies", mst_policies_json(m));
+		return 200;
+	}
+	if (!strcmp(path, "/api/v1/policy"))
+		return api_policy_post(m, body, out);
 	return api_workers(m, out);
 }

@@ -20,14 +20,17 @@ static const cis_opt opts[] = {
     {"map-size", "SIZE", "64G", "LMDB map size (sparse)", false, 0},
     {"heartbeat-interval", "DURATION", "3s", "worker heartbeat interval", false, 0},
     {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
+    {"repl-interval", "DURATION", "30s", "replication manager's full scan period", false, 0},
     {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
     CIS_OPT_END,
 };
 
 static const char *const api_paths[][2] = {
-    {"GET", "/api/v1/mounts"}, {"POST", "/api/v1/mounts"}, {"DELETE", "/api/v1/mounts"},
-    {"GET", "/api/v1/ls"},     {"GET", "/api/v1/stat"},    {"POST", "/api/v1/sync"},
-    {"GET", "/api/v1/report"}, {"GET", "/api/v1/workers"},
+    {"GET", "/api/v1/mounts"},   {"POST", "/api/v1/mounts"}, {"DELETE", "/api/v1/mounts"},
+    {"GET", "/api/v1/ls"},       {"GET", "/api/v1/stat"},    {"POST", "/api/v1/sync"},
+    {"GET", "/api/v1/report"},   {"GET", "/api/v1/workers"}, {"GET", "/api/v1/jobs"},
+    {"POST", "/api/v1/jobs"},    {"GET", "/api/v1/job"},     {"POST", "/api/v1/job/cancel"},
+    {"GET", "/api/v1/policies"}, {"POST", "/api/v1/policy"},
 };
 
 static void http_api(void *ctx, cis_http_req *req)
@@ -74,7 +77,7 @@ int main(int argc, char **argv)
 	cis_config *cfg;
 	cis_errmsg em = {{0}};
 	int64_t rpc_port, http_port, io_threads;
-	uint64_t map_size, hb_ms, lost_ms;
+	uint64_t map_size, hb_ms, lost_ms, repl_ms;
 	enum cis_log_level lvl;
 	int rc = cis_config_load(&cfg, opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
@@ -91,7 +94,8 @@ int main(int argc, char **argv)
 	    cis_config_int(cfg, "io-threads", 1, 256, &io_threads, &em) ||
 	    cis_config_size(cfg, "map-size", &map_size, &em) ||
 	    cis_config_duration_ms(cfg, "heartbeat-interval", &hb_ms, &em) ||
-	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em))
+	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em) ||
+	    cis_config_duration_ms(cfg, "repl-interval", &repl_ms, &em))
 		cis_die("%s", em.text);
 	if (cis_config_npos(cfg))
 		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));
@@ -115,6 +119,7 @@ int main(int argc, char **argv)
 	    .heartbeat_ms = hb_ms,
 	    .lost_timeout_ms = lost_ms,
 	    .metrics = metrics,
+	    .repl_interval_ms = repl_ms,
 	};
 	rc = mst_open(&mo, &m, &em);
 	if (rc)
@@ -147,6 +152,7 @@ int main(int argc, char **argv)
 		cis_die("rpc: %s", cis_errmsg_or(&em, rc));
 	if (cis_http_server_start(http))
 		cis_die("http: cannot start");
+	mst_jobs_resume(m);
 	cis_info("master started", "rpc_port=%u http_port=%u data_dir=%s mounts=%zu",
 	         cis_rpc_server_port(rpc), cis_http_server_port(http), mo.data_dir,
 	         mst_mount_count(m));

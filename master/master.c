@@ -45,8 +45,21 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 		cis_fail(em, err, "worker registry: %s", cis_strerror(err));
 		goto out_mounts;
 	}
+	err = mst_wconns_new(m, &m->wconns);
+	if (!err)
+		err = mst_jobs_new(m, !o->no_background, &m->jobs);
+	if (!err && !o->no_background)
+		err = mst_repl_start(m, o->repl_interval_ms, &m->repl);
+	if (err) {
+		cis_fail(em, err, "jobs: %s", cis_strerror(err));
+		goto out_jobs;
+	}
 	*out = m;
 	return 0;
+out_jobs:
+	mst_jobs_free(m->jobs);
+	mst_wconns_free(m->wconns);
+	mst_workers_free(m->workers);
 out_mounts:
 	mst_mounts_free(m);
 out_store:
@@ -62,6 +75,9 @@ void mst_close(mst_master *m)
 {
 	if (!m)
 		return;
+	mst_repl_stop(m->repl);
+	mst_jobs_free(m->jobs);
+	mst_wconns_free(m->wconns);
 	mst_workers_free(m->workers);
 	mst_mounts_free(m);
 	mst_store_close(m);

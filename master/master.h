@@ -63,10 +63,15 @@ typedef struct mst_mount {
 
 typedef struct mst_flight mst_flight;
 typedef struct mst_workers mst_workers;
+typedef struct mst_jobs mst_jobs;
+typedef struct mst_repl mst_repl;
+typedef struct mst_wconns mst_wconns;
 
 typedef struct mst_master {
 	MDB_env *env;
 	MDB_dbi dbi_meta, dbi_inodes, dbi_children, dbi_mounts;
+	MDB_dbi dbi_jobs;     /* u64 job id (big-endian) -> job record (JSON text) */
+	MDB_dbi dbi_policies; /* path bytes -> policy (JSON text) */
 
 	pthread_mutex_t mounts_lock; /* guards mounts, nmounts */
 	mst_mount **mounts;
@@ -80,6 +85,9 @@ typedef struct mst_master {
 	mst_flight *flights;
 
 	mst_workers *workers;
+	mst_wconns *wconns; /* RPC clients to workers (repl.c) */
+	mst_jobs *jobs;     /* jobs.c */
+	mst_repl *repl;     /* repl.c */
 
 	cis_metrics *metrics;
 	cis_counter *c_store_lists, *c_store_list_errors, *c_lookups, *c_rpc_requests,
@@ -88,10 +96,12 @@ typedef struct mst_master {
 
 typedef struct mst_open_opts {
 	const char *data_dir;
-	uint64_t map_size;        /* 0: 64 GiB */
-	uint64_t heartbeat_ms;    /* 0: 3000 */
-	uint64_t lost_timeout_ms; /* 0: 10000 */
-	cis_metrics *metrics;     /* NULL: a private registry */
+	uint64_t map_size;         /* 0: 64 GiB */
+	uint64_t heartbeat_ms;     /* 0: 3000 */
+	uint64_t lost_timeout_ms;  /* 0: 10000 */
+	cis_metrics *metrics;      /* NULL: a private registry */
+	uint64_t repl_interval_ms; /* 0: 30000; the replication manager's full scan period */
+	bool no_background;        /* tests: no job threads, no replication manager */
 } mst_open_opts;
 
 /* master.c: open/close everything (LMDB, mounts, worker registry). */
@@ -177,6 +187,91 @@ json_t *mst_workers_json(mst_workers *w);
 /* Worker ids holding the block, up to max; returns the count. */
 size_t mst_workers_locate(mst_workers *w, cis_block_id id, uint64_t *out, size_t max);
 uint64_t mst_workers_version(mst_workers *w);
+/* The live worker ids (malloc'd array, caller frees; *n may be 0 with
+ * *ids NULL). */
+int mst_workers_ids(mst_workers *w, uint64_t **ids, size_t *n);
+/* A malloc'd copy of a live worker's info (free with
+ * protobuf_c_message_free_unpacked), or NULL if it is not live. */
+struct Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id);
+/* Heartbeat timing as configured. */
+uint64_t mst_workers_heartbeat_ms(mst_workers *w);
+uint64_t mst_workers_lost_ms(mst_workers *w);
+
+/* policy.c: per-path policies (replication target, pin, TTL), inherited by
+ * descendants: for each field the nearest ancestor that sets it wins. */
+typedef struct mst_policy {
+	uint32_t replicas;    /* 0: not set (no replication management) */
+	int pin;              /* -1 not set, 0 unpinned, 1 pinned */
+	int64_t ttl_s;        /* -1 not set, 0 off, > 0 seconds after load */
+	size_t replicas_from; /* length of the path that set replicas (0: none) */
+} mst_policy;
+#define MST_POLICY_UNSET ((mst_policy){0, -1, -1, 0})
+/* The effective policy of path. */
+int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out);
+/* Change path's own policy: replicas (< 0 keep), pin (< 0 keep), ttl_s
+ * (< -1 keep; -1 unset, 0 off). With clear_below, descendants' own
+ * replication targets are removed so the whole subtree follows path. */
+int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
+                      bool clear_below, cis_errmsg *em);
+json_t *mst_policies_json(mst_master *m);
+/* Paths with their own replication target (malloc'd strings in a malloc'd
+ * array; free with mst_strv_free). */
+int mst_policies_with_replicas(mst_master *m, char ***paths, size_t *n);
+void mst_strv_free(char **v, size_t n);
+
+/* walk.c: depth-first walk of the files below a path, in name order (each
+ * directory's entries bytewise; a file's path compares with
+ * mst_path_order). With list, directories are listed from the store as
+ * lookups do; without, only what LMDB holds is walked. fn returns 0 to go
+ * on, > 0 to stop, < 0 to fail. Memory: O(depth * page), not O(files). */
+typedef int (*mst_walk_fn)(void *arg, const char *path, const mst_inode *file);
+/* A directory below the root that could not be listed: return 0 to skip
+ * it and go on, negative to fail the walk. NULL: fail the walk. */
+typedef int (*mst_walk_err_fn)(void *arg, const char *path, int code, const char *msg);
+int mst_walk(mst_master *m, const char *path, bool list, mst_walk_fn fn, mst_walk_err_fn efn,
+             void *arg, cis_errmsg *em);
+/* Order of two paths as the walk visits them (component-wise bytewise). */
+int mst_path_order(const char *a, const char *b);
+/* Blocks of a file of its mount; 0 if the mount is gone. */
+uint64_t mst_file_blocks(mst_master *m, const mst_inode *f, uint64_t *block_size);
+
+/* repl.c: RPC clients to workers, the replication manager. */
+int mst_wconns_new(mst_master *m, mst_wconns **out);
+void mst_wconns_free(mst_wconns *c);
+/* One RPC to worker wid (a live worker). res as cis_rpc_call. */
+int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
+              int timeout_ms, cis_errmsg *em);
+int mst_repl_start(mst_master *m, uint64_t interval_ms, mst_repl **out);
+void mst_repl_stop(mst_repl *r);
+/* Ask for a full scan soon (a policy changed, a load ended). */
+void mst_repl_kick(mst_master *m);
+/* One full pass now (tests): copies and trims; counts what it did. */
+int mst_repl_scan(mst_master *m, uint64_t *copied, uint64_t *trimmed);
+/* Hits and misses from a worker's /metrics (-errno if unreachable). */
+int mst_worker_hits(const struct Cis__WorkerInfo *wi, uint64_t *hits, uint64_t *misses);
+
+/* jobs.c: load / free / pin / unpin jobs, kept in LMDB. */
+typedef struct mst_job_req {
+	const char *type; /* "load", "free", "pin", "unpin" */
+	const char *path;
+	uint32_t replicas;  /* load: 0 means 1 */
+	uint32_t parallel;  /* batches in flight; 0: 4 */
+	uint64_t bandwidth; /* bytes/s; 0: unlimited */
+	bool verify, metadata_only, pin;
+} mst_job_req;
+int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
+/* Resume the jobs LMDB says were running (call once the servers run). */
+int mst_jobs_resume(mst_master *m);
+void mst_jobs_free(mst_jobs *j);
+int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg *em);
+/* The job's record (live counters while it runs); NULL if unknown. */
+json_t *mst_job_json(mst_master *m, uint64_t id, size_t max_failures);
+json_t *mst_jobs_json(mst_master *m);
+int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em);
+/* Run a job to its end on the calling thread (tests without background). */
+int mst_job_run(mst_master *m, uint64_t id);
+/* TTL: free what loads left behind once their path's TTL has passed. */
+int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started);
 
 /* rpc.c: the binary RPC, callable without a socket (tests, fuzzing). */
 typedef struct mst_reply {

@@ -1,10 +1,12 @@
-/* The master's LMDB: four databases in one environment.
+/* The master's LMDB: six databases in one environment.
  *   meta      "next_inode", "next_mount", "next_worker" -> u64 counters
  *   inodes    u64 id (big-endian) -> packed inode (see ino_pack)
  *   children  u64 parent (big-endian) + name bytes -> u64 child id; the
  *             big-endian prefix keeps one directory's entries together and
  *             in bytewise name order, so a listing is one cursor walk
  *   mounts    u64 id (big-endian) -> u64 root inode + packed MountInfo
+ *   jobs      u64 id (big-endian) -> job record, JSON text (jobs.c)
+ *   policies  path bytes -> policy, JSON text (policy.c)
  * Nothing of the namespace is copied into memory: LMDB's pages are the OS's
  * page cache, so 10 million inodes cost disk, not RSS. The environment is
  * opened without MDB_NOSYNC: a committed mount or listing survives kill -9. */
@@ -59,7 +61,9 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 	if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &m->dbi_meta)) ||
 	    (rc = mdb_dbi_open(txn, "inodes", MDB_CREATE, &m->dbi_inodes)) ||
 	    (rc = mdb_dbi_open(txn, "children", MDB_CREATE, &m->dbi_children)) ||
-	    (rc = mdb_dbi_open(txn, "mounts", MDB_CREATE, &m->dbi_mounts)))
+	    (rc = mdb_dbi_open(txn, "mounts", MDB_CREATE, &m->dbi_mounts)) ||
+	    (rc = mdb_dbi_open(txn, "jobs", MDB_CREATE, &m->dbi_jobs)) ||
+	    (rc = mdb_dbi_open(txn, "policies", MDB_CREATE, &m->dbi_policies)))
 		goto out_txn;
 	mst_inode root;
 	int err = mst_inode_get(m, txn, MST_ROOT_INO, &root);

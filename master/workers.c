@@ -535,3 +535,43 @@ json_t *mst_workers_json(mst_workers *w)
 	pthread_mutex_unlock(&w->lock);
 	return o;
 }
+
+int mst_workers_ids(mst_workers *w, uint64_t **ids, size_t *n)
+{
+	*ids = NULL;
+	*n = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->n) {
+		*ids = malloc(w->n * sizeof(**ids));
+		if (!*ids) {
+			pthread_mutex_unlock(&w->lock);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < w->n; i++)
+			(*ids)[i] = w->w[i].id;
+		*n = w->n;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id)
+{
+	Cis__WorkerInfo *r = NULL;
+	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, id);
+	if (wk)
+		r = info_copy(wk->info, id);
+	pthread_mutex_unlock(&w->lock);
+	return r;
+}
+
+uint64_t mst_workers_heartbeat_ms(mst_workers *w)
+{
+	return w->heartbeat_ms;
+}
+
+uint64_t mst_workers_lost_ms(mst_workers *w)
+{
+	return w->lost_ms;
+}

@@ -1,0 +1,354 @@
+/* cistern load / jobs / job / free: jobs on the master. `load` and `free`
+ * wait for their job and show progress (a bar on a terminal, a plain line
+ * every few seconds otherwise) unless --detach. The CLI keeps only the
+ * latest job record in memory, whatever the file count: the master sends
+ * counts and at most a page of failures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cistern/time.h"
+#include "cli.h"
+
+static const cis_opt load_opts[] = {
+    {"replicas", "N", "1", "copies of each block, on N workers", false, 'r'},
+    {"parallel", "N", "4", "batches of fetches in flight at once", false, 'p'},
+    {"bandwidth", "RATE", NULL, "cap on bytes fetched per second (200M = 200 MiB/s)", false, 0},
+    {"verify", NULL, NULL, "check afterwards that every block sits on its workers", false, 0},
+    {"metadata-only", NULL, NULL, "list the tree, fetch no data", false, 0},
+    {"detach", NULL, NULL, "print the job id and return at once", false, 'd'},
+    {"json", NULL, NULL, "print JSON (the final job record)", false, 0},
+    CIS_OPT_END,
+};
+
+static const cis_opt free_opts[] = {
+    {"detach", NULL, NULL, "print the job id and return at once", false, 'd'},
+    {"json", NULL, NULL, "print JSON", false, 0},
+    CIS_OPT_END,
+};
+
+static const cis_opt job_opts[] = {
+    {"json", NULL, NULL, "print JSON", false, 0},
+    {"limit", "N", "100", "failures to show (at most 1000)", false, 0},
+    CIS_OPT_END,
+};
+
+static long long jint(const json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static const char *jstr(const json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "";
+}
+
+static void fmt_eta(double secs, char *out, size_t len)
+{
+	if (secs < 0 || secs > 360000) {
+		snprintf(out, len, "--:--");
+		return;
+	}
+	long s = (long)secs;
+	if (s >= 3600)
+		snprintf(out, len, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+	else
+		snprintf(out, len, "%ld:%02ld", s / 60, s % 60);
+}
+
+/* One progress report; bar on a terminal, a line otherwise. */
+static void show_progress(const json_t *j, double elapsed_s, bool tty)
+{
+	const json_t *p = json_object_get(j, "progress");
+	const json_t *c = json_object_get(j, "counts");
+	if (!p)
+		p = c;
+	long long files = jint(c, "files"), seen = jint(j, "files_seen");
+	long long bytes_seen = jint(j, "bytes_seen"), loaded = jint(p, "bytes_loaded");
+	long long failed = jint(c, "files_failed");
+	bool listed = json_is_true(json_object_get(j, "listing_done"));
+	double frac = seen ? (double)files / (double)seen : 0;
+	double rate = elapsed_s > 0 ? (double)loaded / elapsed_s : 0;
+	char bs[32], ts[32], rs[32], eta[32];
+	cis_fmt_size((uint64_t)loaded, bs, sizeof(bs));
+	cis_fmt_size((uint64_t)bytes_seen, ts, sizeof(ts));
+	cis_fmt_size((uint64_t)rate, rs, sizeof(rs));
+	double left = listed && files && files < seen
+	                  ? elapsed_s * (double)(seen - files) / (double)files
+	                  : (listed ? 0 : -1);
+	fmt_eta(left, eta, sizeof(eta));
+	if (tty) {
+		char bar[31];
+		int fill = (int)(frac * 30);
+		for (int i = 0; i < 30; i++)
+			bar[i] = i < fill ? '#' : '.';
+		bar[30] = 0;
+		printf(
+		    "\r[%s] %lld/%lld%s files  %s fetched of %s  %s/s  ETA %s  failed %lld\033[K",
+		    bar, files, seen, listed ? "" : "+", bs, ts, rs, eta, failed);
+	} else {
+		printf("job %lld: %lld/%lld%s files, %s fetched, %s/s, ETA %s, %lld failed\n",
+		       jint(j, "id"), files, seen, listed ? "" : "+", bs, rs, eta, failed);
+	}
+	fflush(stdout);
+}
+
+static void print_failures(const json_t *j)
+{
+	size_t i;
+	json_t *f;
+	json_array_foreach(json_object_get(j, "failures"), i, f)
+	    fprintf(stderr, "failed: %s: %s\n", jstr(f, "path"), jstr(f, "error"));
+	long long total = jint(j, "failures_total"),
+	          shown = (long long)json_array_size(json_object_get(j, "failures"));
+	if (total > shown)
+		fprintf(stderr, "... and %lld more (cistern job %lld --limit 1000)\n",
+		        total - shown, jint(j, "id"));
+}
+
+static void print_summary(const json_t *j)
+{
+	const json_t *c = json_object_get(j, "counts");
+	char b[32], l[32];
+	if (strcmp(jstr(j, "type"), "load")) {
+		/* free, pin, unpin: tasks_loaded counts the blocks the workers changed */
+		cis_fmt_size((uint64_t)jint(c, "bytes"), b, sizeof(b));
+		printf("job %lld %s %s: %s, %lld files (%s), %lld blocks; %lld block copies %s\n",
+		       jint(j, "id"), jstr(j, "type"), jstr(j, "path"), jstr(j, "state"),
+		       jint(c, "files"), b, jint(c, "blocks"), jint(c, "tasks_loaded"),
+		       !strcmp(jstr(j, "type"), "free") ? "freed" : "changed");
+		if (jstr(j, "error")[0])
+			printf("error: %s\n", jstr(j, "error"));
+		return;
+	}
+	cis_fmt_size((uint64_t)jint(c, "bytes"), b, sizeof(b));
+	cis_fmt_size((uint64_t)jint(c, "bytes_loaded"), l, sizeof(l));
+	printf("job %lld %s %s: %s, %lld files (%s), %lld blocks; %lld fetched (%s), %lld already "
+	       "cached, %lld failed; %lld files failed\n",
+	       jint(j, "id"), jstr(j, "type"), jstr(j, "path"), jstr(j, "state"), jint(c, "files"),
+	       b, jint(c, "blocks"), jint(c, "tasks_loaded"), l, jint(c, "tasks_cached"),
+	       jint(c, "tasks_failed"), jint(c, "files_failed"));
+	if (jstr(j, "error")[0])
+		printf("error: %s\n", jstr(j, "error"));
+}
+
+static int job_status(const json_t *j)
+{
+	return strcmp(jstr(j, "state"), "done") ||
+	               jint(json_object_get(j, "counts"), "files_failed") ||
+	               jint(j, "failures_total")
+	           ? 1
+	           : 0;
+}
+
+/* Poll the job until it ends. Returns the exit status. */
+static int wait_job(cli_ctx *c, long long id, bool json)
+{
+	char q[64];
+	bool tty = !json && isatty(STDOUT_FILENO);
+	uint64_t start = cis_mono_ms(), last_line = 0;
+	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=100", id);
+	for (;;) {
+		json_t *o;
+		if (cli_api(c, "GET", q, NULL, NULL, NULL, &o, "job"))
+			return 1;
+		json_t *j = json_object_get(o, "job");
+		uint64_t now = cis_mono_ms();
+		bool running = !strcmp(jstr(j, "state"), "running");
+		if (!json && (tty || now - last_line >= 5000 || !running)) {
+			show_progress(j, (double)(now - start) / 1000.0, tty);
+			last_line = now;
+		}
+		if (!running) {
+			if (tty)
+				printf("\n");
+			int rc = job_status(j);
+			if (json) {
+				cli_print_json(j);
+			} else {
+				print_summary(j);
+				print_failures(j);
+			}
+			json_decref(o);
+			return rc;
+		}
+		json_decref(o);
+		cis_sleep_ms(tty ? 250 : 500);
+	}
+}
+
+static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool json)
+{
+	json_t *out;
+	int rc = cli_api(c, "POST", "/api/v1/jobs", NULL, NULL, body, &out, what);
+	json_decref(body);
+	if (rc)
+		return rc;
+	long long id = jint(json_object_get(out, "job"), "id");
+	json_decref(out);
+	if (detach) {
+		if (json)
+			printf("{\"id\": %lld}\n", id);
+		else
+			printf("%lld\n", id);
+		return 0;
+	}
+	return wait_job(c, id, json);
+}
+
+int cmd_load(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	cis_errmsg em = {{0}};
+	int rc = cli_parse(load_opts,
+	                   "cistern load PATH [--replicas N] [--parallel N] [--bandwidth RATE] "
+	                   "[--verify] [--metadata-only] [--detach] [--json]",
+	                   argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	int64_t rep, par;
+	uint64_t bw = 0;
+	if (cis_config_npos(cfg) != 1) {
+		fprintf(stderr, "cistern: load: need PATH\n");
+		cis_config_free(cfg);
+		return 2;
+	}
+	if (cis_config_int(cfg, "replicas", 1, 64, &rep, &em) ||
+	    cis_config_int(cfg, "parallel", 1, 256, &par, &em) ||
+	    (cis_config_str(cfg, "bandwidth") && cis_config_size(cfg, "bandwidth", &bw, &em))) {
+		fprintf(stderr, "cistern: load: %s\n", em.text);
+		cis_config_free(cfg);
+		return 2;
+	}
+	char *path = strdup(cis_config_pos(cfg, 0));
+	char what[4200];
+	cli_trim_path(path);
+	snprintf(what, sizeof(what), "load %s", path);
+	json_t *body = json_pack(
+	    "{s:s, s:s, s:I, s:I, s:I, s:b, s:b}", "type", "load", "path", path, "replicas",
+	    (json_int_t)rep, "parallel", (json_int_t)par, "bandwidth", (json_int_t)bw, "verify",
+	    cis_config_bool(cfg, "verify"), "metadata_only", cis_config_bool(cfg, "metadata-only"));
+	rc = submit(c, body, what, cis_config_bool(cfg, "detach"), cis_config_bool(cfg, "json"));
+	free(path);
+	cis_config_free(cfg);
+	return rc;
+}
+
+int cmd_free(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	int rc = cli_parse(free_opts, "cistern free PATH [--detach] [--json]", argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	if (cis_config_npos(cfg) != 1) {
+		fprintf(stderr, "cistern: free: need PATH\n");
+		cis_config_free(cfg);
+		return 2;
+	}
+	char *path = strdup(cis_config_pos(cfg, 0));
+	char what[4200];
+	cli_trim_path(path);
+	snprintf(what, sizeof(what), "free %s", path);
+	json_t *body = json_pack("{s:s, s:s}", "type", "free", "path", path);
+	rc = submit(c, body, what, cis_config_bool(cfg, "detach"), cis_config_bool(cfg, "json"));
+	free(path);
+	cis_config_free(cfg);
+	return rc;
+}
+
+int cmd_jobs(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	int rc = cli_parse(job_opts, "cistern jobs [--json]", argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	json_t *o;
+	rc = cli_api(c, "GET", "/api/v1/jobs", NULL, NULL, NULL, &o, "jobs");
+	if (!rc) {
+		if (cis_config_bool(cfg, "json")) {
+			cli_print_json(o);
+		} else {
+			size_t i;
+			json_t *j;
+			printf("%-6s %-6s %-10s %8s %8s %10s  %s\n", "ID", "TYPE", "STATE", "FILES",
+			       "FAILED", "BYTES", "PATH");
+			json_array_foreach(json_object_get(o, "jobs"), i, j)
+			{
+				const json_t *cn = json_object_get(j, "counts");
+				char b[32];
+				cis_fmt_size((uint64_t)jint(cn, "bytes"), b, sizeof(b));
+				printf("%-6lld %-6s %-10s %8lld %8lld %10s  %s\n", jint(j, "id"),
+				       jstr(j, "type"), jstr(j, "state"), jint(cn, "files"),
+				       jint(cn, "files_failed"), b, jstr(j, "path"));
+			}
+		}
+		json_decref(o);
+	}
+	cis_config_free(cfg);
+	return rc;
+}
+
+static int parse_id(const char *s, long long *id)
+{
+	char *end;
+	*id = strtoll(s, &end, 10);
+	return *end || *id <= 0 ? -1 : 0;
+}
+
+int cmd_job(cli_ctx *c, int argc, char **argv)
+{
+	cis_config *cfg;
+	int rc = cli_parse(job_opts, "cistern job ID [--json] [--limit N] | cistern job cancel ID",
+	                   argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	size_t np = cis_config_npos(cfg);
+	bool cancel = np == 2 && !strcmp(cis_config_pos(cfg, 0), "cancel");
+	long long id;
+	int64_t limit;
+	cis_errmsg em = {{0}};
+	if ((np != 1 && !cancel) || parse_id(cis_config_pos(cfg, np - 1), &id)) {
+		fprintf(stderr, "cistern: job: need a job ID (or: cancel ID)\n");
+		cis_config_free(cfg);
+		return 2;
+	}
+	if (cis_config_int(cfg, "limit", 0, 1000, &limit, &em)) {
+		fprintf(stderr, "cistern: job: %s\n", em.text);
+		cis_config_free(cfg);
+		return 2;
+	}
+	json_t *o;
+	char what[64];
+	snprintf(what, sizeof(what), "job %lld", id);
+	if (cancel) {
+		json_t *body = json_pack("{s:I}", "id", (json_int_t)id);
+		rc = cli_api(c, "POST", "/api/v1/job/cancel", NULL, NULL, body, &o, what);
+		json_decref(body);
+		if (!rc) {
+			if (cis_config_bool(cfg, "json"))
+				cli_print_json(o);
+			else
+				printf("job %lld cancelled\n", id);
+			json_decref(o);
+		}
+	} else {
+		char q[80];
+		snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=%lld", id, (long long)limit);
+		rc = cli_api(c, "GET", q, NULL, NULL, NULL, &o, what);
+		if (!rc) {
+			json_t *j = json_object_get(o, "job");
+			if (cis_config_bool(cfg, "json")) {
+				cli_print_json(j);
+			} else {
+				print_summary(j);
+				print_failures(j);
+			}
+			json_decref(o);
+		}
+	}
+	cis_config_free(cfg);
+	return rc;
+}

@@ -1,0 +1,1305 @@
+/* Jobs: load (preload blocks onto their owners), free, pin, unpin.
+ *
+ * A job's record lives in the jobs dbi (JSON text) and is rewritten about
+ * once a second while it runs, so a restarted master resumes it (see
+ * mst_jobs_resume). Each running job has a producer thread that walks the
+ * path (streaming, mst_walk) and N sender threads.
+ *
+ * Load: for each block of each file, its owners are the first R live
+ * workers in rendezvous order (cis_place); an owner that holds the block
+ * already answers was_cached without a fetch (tasks_cached). Tasks (block, owner) are gathered in
+ * per-worker batches (LOAD_BATCH blocks) and put on a bounded queue that
+ * the senders drain with Load RPCs, so at most `parallel` batches per job
+ * are in flight and the producer blocks when the queue is full. A batch
+ * whose worker cannot be reached (lost, refused, timed out) has its tasks
+ * placed again over the workers still live, up to LOAD_ATTEMPTS times.
+ *
+ * Exact, resumable counts: files are tracked in walk order while their
+ * tasks are out; when the oldest one is complete its counts move into the
+ * committed totals and it becomes the cursor. The record holds committed
+ * totals and the cursor only, so after a restart the walk skips files up to
+ * the cursor (mst_path_order) and counts the rest again: nothing is counted
+ * twice. Memory per job: the walk's page per level, the queue, and the
+ * files in flight (at most INFLIGHT_FILES), never the whole file list. */
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cistern/config.h"
+#include "cistern/log.h"
+#include "cistern/msgtype.h"
+#include "cistern/place.h"
+#include "cistern/proto/worker.pb-c.h"
+#include "cistern/rpc.h"
+#include "cistern/time.h"
+#include "master.h"
+
+#define LOAD_BATCH     64
+#define LOAD_ATTEMPTS  5
+#define INFLIGHT_FILES 4096
+#define FAILURES_KEPT  1000
+#define BCAST_BATCH    512
+
+enum { JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
+static const char *const state_names[] = {"running", "done", "failed", "cancelled"};
+
+struct counts {
+	uint64_t files, files_failed, bytes, blocks;
+	uint64_t tasks_loaded, tasks_cached, tasks_failed, bytes_loaded;
+	uint64_t verify_missing;
+};
+
+struct frec {
+	struct frec *next;
+	char *path, *key, *version;
+	uint64_t mount_id, size, bs;
+	uint32_t left;   /* tasks not finished */
+	bool all_queued; /* every task of the file was made */
+	struct counts c; /* this file's own counts */
+	char *err;       /* first failure */
+};
+
+struct task {
+	struct frec *f;
+	uint64_t index;
+	cis_block_id id;
+	int attempts;
+};
+
+struct batch {
+	struct batch *next;
+	uint64_t wid;
+	size_t n;
+	struct task t[LOAD_BATCH];
+};
+
+struct badw {
+	uint64_t id, until_ms;
+};
+
+struct job {
+	struct job *next;
+	struct mst_jobs *js;
+	uint64_t id;
+	char type[8];
+	char *path;
+	uint32_t replicas, parallel;
+	uint64_t bandwidth;
+	bool verify, metadata_only, pin;
+	int state;
+	char error[512];
+	int64_t created_ns, finished_ns;
+	char *cursor;
+	struct counts c;     /* committed */
+	uint64_t files_seen; /* walked so far (progress) */
+	uint64_t bytes_seen;
+	bool listing_done, expired;
+	json_t *failures;
+	uint64_t failures_total;
+	/* running state */
+	bool cancel, thread, resumed;
+	bool shutdown; /* the master is stopping: keep the record as it is */
+	pthread_t th;
+	pthread_cond_t cond; /* queue, in-flight files */
+	struct batch *qhead, *qtail;
+	size_t qlen;
+	bool closed;
+	struct frec *fhead, *ftail;
+	size_t nfiles;
+	struct batch **pending; /* per live worker index, by wid in pend_ids */
+	uint64_t *pend_ids;
+	size_t npend;
+	struct badw bad[16];
+	uint64_t *live;
+	size_t nlive;
+	uint64_t live_version;
+	uint64_t bw_start_ms, bw_bytes;
+	bool dirty;
+	uint64_t saved_ms;
+};
+
+struct mst_jobs {
+	mst_master *m;
+	pthread_mutex_t lock; /* guards every job's fields */
+	struct job *list;
+	bool background;
+};
+
+/* ---- records ---- */
+
+static json_t *counts_json(const struct counts *c)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "files",
+	                 (json_int_t)c->files, "files_failed", (json_int_t)c->files_failed, "bytes",
+	                 (json_int_t)c->bytes, "blocks", (json_int_t)c->blocks, "tasks_loaded",
+	                 (json_int_t)c->tasks_loaded, "tasks_cached", (json_int_t)c->tasks_cached,
+	                 "tasks_failed", (json_int_t)c->tasks_failed, "bytes_loaded",
+	                 (json_int_t)c->bytes_loaded, "verify_missing",
+	                 (json_int_t)c->verify_missing);
+}
+
+static void counts_from(struct counts *c, json_t *o)
+{
+#define G(f) c->f = (uint64_t)json_integer_value(json_object_get(o, #f))
+	G(files);
+	G(files_failed);
+	G(bytes);
+	G(blocks);
+	G(tasks_loaded);
+	G(tasks_cached);
+	G(tasks_failed);
+	G(bytes_loaded);
+	G(verify_missing);
+#undef G
+}
+
+/* Caller holds js->lock. */
+static json_t *job_record(const struct job *j, size_t max_failures, bool live)
+{
+	json_t *o = json_pack(
+	    "{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:I, s:I, s:o, s:b, s:I, s:b}",
+	    "id", (json_int_t)j->id, "type", j->type, "path", j->path, "state",
+	    state_names[j->state], "replicas", (json_int_t)j->replicas, "parallel",
+	    (json_int_t)j->parallel, "bandwidth", (json_int_t)j->bandwidth, "verify", j->verify,
+	    "metadata_only", j->metadata_only, "pin", j->pin, "created_ns",
+	    (json_int_t)j->created_ns, "finished_ns", (json_int_t)j->finished_ns, "counts",
+	    counts_json(&j->c), "listing_done", j->listing_done, "failures_total",
+	    (json_int_t)j->failures_total, "expired", j->expired);
+	if (j->cursor)
+		json_object_set_new(o, "cursor", json_string(j->cursor));
+	if (j->error[0])
+		json_object_set_new(o, "error", json_string(j->error));
+	json_t *f = json_array();
+	for (size_t i = 0; i < json_array_size(j->failures) && i < max_failures; i++)
+		json_array_append(f, json_array_get(j->failures, i));
+	json_object_set_new(o, "failures", f);
+	if (live) {
+		json_object_set_new(o, "files_seen", json_integer((json_int_t)j->files_seen));
+		json_object_set_new(o, "bytes_seen", json_integer((json_int_t)j->bytes_seen));
+		/* in-flight files' finished work, for a smooth progress bar */
+		struct counts cur = j->c;
+		for (struct frec *f2 = j->fhead; f2; f2 = f2->next) {
+			cur.tasks_loaded += f2->c.tasks_loaded;
+			cur.tasks_cached += f2->c.tasks_cached;
+			cur.bytes_loaded += f2->c.bytes_loaded;
+		}
+		json_object_set_new(o, "progress", counts_json(&cur));
+	}
+	return o;
+}
+
+static struct job *job_from_record(struct mst_jobs *js, json_t *o)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->js = js;
+	j->id = (uint64_t)json_integer_value(json_object_get(o, "id"));
+	snprintf(j->type, sizeof(j->type), "%s",
+	         json_string_value(json_object_get(o, "type")) ?: "");
+	j->path = strdup(json_string_value(json_object_get(o, "path")) ?: "/");
+	const char *st = json_string_value(json_object_get(o, "state")) ?: "";
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(st, state_names[i]))
+			j->state = i;
+	j->replicas = (uint32_t)json_integer_value(json_object_get(o, "replicas"));
+	j->parallel = (uint32_t)json_integer_value(json_object_get(o, "parallel"));
+	j->bandwidth = (uint64_t)json_integer_value(json_object_get(o, "bandwidth"));
+	j->verify = json_is_true(json_object_get(o, "verify"));
+	j->metadata_only = json_is_true(json_object_get(o, "metadata_only"));
+	j->pin = json_is_true(json_object_get(o, "pin"));
+	j->expired = json_is_true(json_object_get(o, "expired"));
+	j->created_ns = json_integer_value(json_object_get(o, "created_ns"));
+	j->finished_ns = json_integer_value(json_object_get(o, "finished_ns"));
+	const char *cur = json_string_value(json_object_get(o, "cursor"));
+	j->cursor = cur ? strdup(cur) : NULL;
+	counts_from(&j->c, json_object_get(o, "counts"));
+	j->failures_total = (uint64_t)json_integer_value(json_object_get(o, "failures_total"));
+	j->failures = json_array();
+	json_array_extend(j->failures, json_object_get(o, "failures"));
+	const char *e = json_string_value(json_object_get(o, "error"));
+	if (e)
+		snprintf(j->error, sizeof(j->error), "%s", e);
+	pthread_cond_init(&j->cond, NULL);
+	if (!j->path || !j->failures) {
+		free(j->path);
+		json_decref(j->failures);
+		free(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int record_put(mst_master *m, uint64_t id, json_t *rec)
+{
+	char *s = json_dumps(rec, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	MDB_txn *txn;
+	int err = mst_txn_begin(m, true, &txn);
+	if (!err) {
+		uint64_t kbe = htobe64(id);
+		MDB_val k = {8, &kbe}, v = {strlen(s), s};
+		int rc = mdb_put(txn, m->dbi_jobs, &k, &v, 0);
+		if (rc) {
+			mdb_txn_abort(txn);
+			err = rc == MDB_MAP_FULL ? -ENOSPC : -CIS_E_INTERNAL;
+		} else {
+			err = mst_txn_commit(txn);
+		}
+	}
+	free(s);
+	return err;
+}
+
+static json_t *record_get(mst_master *m, uint64_t id)
+{
+	MDB_txn *txn;
+	json_t *o = NULL;
+	if (mst_txn_begin(m, false, &txn))
+		return NULL;
+	uint64_t kbe = htobe64(id);
+	MDB_val k = {8, &kbe}, v;
+	if (mdb_get(txn, m->dbi_jobs, &k, &v) == 0)
+		o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
+	mdb_txn_abort(txn);
+	return o;
+}
+
+/* Save j's record. Caller holds js->lock. */
+static void job_save(struct job *j)
+{
+	if (j->shutdown)
+		return; /* the saved record must still say "running" */
+	json_t *rec = job_record(j, FAILURES_KEPT, false);
+	int err = rec ? record_put(j->js->m, j->id, rec) : -ENOMEM;
+	json_decref(rec);
+	if (err)
+		cis_warn("job record not saved", "id=%llu: %s", (unsigned long long)j->id,
+		         cis_strerror(err));
+	j->dirty = false;
+	j->saved_ms = cis_mono_ms();
+}
+
+/* Caller holds js->lock. */
+static void add_failure(struct job *j, const char *path, const char *msg)
+{
+	j->failures_total++;
+	if (json_array_size(j->failures) < FAILURES_KEPT)
+		json_array_append_new(j->failures,
+		                      json_pack("{s:s, s:s}", "path", path, "error", msg));
+}
+
+static void frec_free(struct frec *f)
+{
+	free(f->path);
+	free(f->key);
+	free(f->version);
+	free(f->err);
+	free(f);
+}
+
+/* Move completed files at the head into the committed totals. Caller holds
+ * js->lock. */
+static void commit_head(struct job *j)
+{
+	if (j->shutdown)
+		return; /* tasks dropped at shutdown are redone after the restart */
+	while (j->fhead && j->fhead->all_queued && j->fhead->left == 0) {
+		struct frec *f = j->fhead;
+		j->fhead = f->next;
+		if (!j->fhead)
+			j->ftail = NULL;
+		j->nfiles--;
+		j->c.files++;
+		j->c.bytes += f->size;
+		j->c.blocks += f->c.blocks;
+		j->c.tasks_loaded += f->c.tasks_loaded;
+		j->c.tasks_cached += f->c.tasks_cached;
+		j->c.tasks_failed += f->c.tasks_failed;
+		j->c.bytes_loaded += f->c.bytes_loaded;
+		if (f->err) {
+			j->c.files_failed++;
+			add_failure(j, f->path, f->err);
+		}
+		free(j->cursor);
+		j->cursor = f->path;
+		f->path = NULL;
+		frec_free(f);
+		j->dirty = true;
+		pthread_cond_broadcast(&j->cond);
+	}
+}
+
+/* A task finished. Caller holds js->lock. */
+static void task_done(struct job *j, struct task *t, int code, const char *msg, bool cached,
+                      uint64_t len)
+{
+	struct frec *f = t->f;
+	if (code < 0) {
+		f->c.tasks_failed++;
+		if (!f->err && asprintf(&f->err, "block %llu: %s", (unsigned long long)t->index,
+		                        msg ? msg : cis_strerror(code)) < 0)
+			f->err = NULL;
+	} else if (cached) {
+		f->c.tasks_cached++;
+	} else {
+		f->c.tasks_loaded++;
+		f->c.bytes_loaded += len;
+	}
+	f->left--;
+	commit_head(j);
+}
+
+/* ---- placement ---- */
+
+/* Refresh j->live when membership moved. Caller holds js->lock. */
+static void refresh_live(struct job *j, mst_master *m)
+{
+	uint64_t v = mst_workers_version(m->workers);
+	if (j->live && v == j->live_version)
+		return;
+	free(j->live);
+	j->live = NULL;
+	j->nlive = 0;
+	mst_workers_ids(m->workers, &j->live, &j->nlive);
+	j->live_version = v;
+}
+
+static bool is_bad(struct job *j, uint64_t wid)
+{
+	uint64_t now = cis_mono_ms();
+	for (size_t i = 0; i < 16; i++)
+		if (j->bad[i].id == wid && j->bad[i].until_ms > now)
+			return true;
+	return false;
+}
+
+static void mark_bad(struct job *j, uint64_t wid, uint64_t for_ms)
+{
+	size_t slot = 0;
+	for (size_t i = 0; i < 16; i++) {
+		if (j->bad[i].id == wid) {
+			slot = i;
+			break;
+		}
+		if (j->bad[i].until_ms < j->bad[slot].until_ms)
+			slot = i;
+	}
+	j->bad[slot].id = wid;
+	j->bad[slot].until_ms = cis_mono_ms() + for_ms;
+}
+
+/* Append the task to worker wid's pending batch; a full batch goes on the
+ * queue. Caller holds js->lock. */
+static int pend_task(struct job *j, uint64_t wid, const struct task *t)
+{
+	size_t i;
+	for (i = 0; i < j->npend; i++)
+		if (j->pend_ids[i] == wid)
+			break;
+	if (i == j->npend) {
+		uint64_t *ni = realloc(j->pend_ids, (j->npend + 1) * sizeof(*ni));
+		if (!ni)
+			return -ENOMEM;
+		j->pend_ids = ni;
+		struct batch **nb = realloc(j->pending, (j->npend + 1) * sizeof(*nb));
+		if (!nb)
+			return -ENOMEM;
+		j->pending = nb;
+		j->pend_ids[i] = wid;
+		j->pending[i] = NULL;
+		j->npend++;
+	}
+	if (!j->pending[i]) {
+		j->pending[i] = calloc(1, sizeof(struct batch));
+		if (!j->pending[i])
+			return -ENOMEM;
+		j->pending[i]->wid = wid;
+	}
+	struct batch *b = j->pending[i];
+	b->t[b->n++] = *t;
+	if (b->n == LOAD_BATCH) {
+		j->pending[i] = NULL;
+		if (j->qtail)
+			j->qtail->next = b;
+		else
+			j->qhead = b;
+		j->qtail = b;
+		j->qlen++;
+		pthread_cond_broadcast(&j->cond);
+	}
+	return 0;
+}
+
+/* Caller holds js->lock. */
+static void flush_pending(struct job *j)
+{
+	for (size_t i = 0; i < j->npend; i++) {
+		struct batch *b = j->pending[i];
+		if (!b)
+			continue;
+		j->pending[i] = NULL;
+		if (j->qtail)
+			j->qtail->next = b;
+		else
+			j->qhead = b;
+		j->qtail = b;
+		j->qlen++;
+	}
+	pthread_cond_broadcast(&j->cond);
+}
+
+/* Place t on a live, not-failing worker that does not hold the block yet
+ * (rank among the first R + failed ones). Caller holds js->lock. */
+static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t failed)
+{
+	refresh_live(j, m);
+	size_t order[64];
+	size_t no = cis_place(t->id, j->live, j->nlive, order, 64);
+	for (size_t i = 0; i < no; i++) {
+		uint64_t w = j->live[order[i]];
+		if (w == failed || is_bad(j, w))
+			continue;
+		uint64_t hold[64];
+		size_t nh = mst_workers_locate(m->workers, t->id, hold, 64);
+		bool held = false;
+		for (size_t k = 0; k < nh; k++)
+			held |= hold[k] == w;
+		if (held)
+			continue;
+		return pend_task(j, w, t);
+	}
+	return -EHOSTUNREACH;
+}
+
+/* ---- senders ---- */
+
+static void throttle(struct job *j, uint64_t bytes)
+{
+	if (!j->bandwidth)
+		return;
+	pthread_mutex_lock(&j->js->lock);
+	uint64_t now = cis_mono_ms();
+	if (!j->bw_start_ms || now - j->bw_start_ms > 10000) {
+		j->bw_start_ms = now;
+		j->bw_bytes = 0;
+	}
+	j->bw_bytes += bytes;
+	uint64_t due_ms = j->bw_start_ms + j->bw_bytes * 1000 / j->bandwidth;
+	pthread_mutex_unlock(&j->js->lock);
+	if (due_ms > now)
+		cis_sleep_ms(due_ms - now > 10000 ? 10000 : due_ms - now);
+}
+
+static void send_batch(struct job *j, struct batch *b)
+{
+	mst_master *m = j->js->m;
+	Cis__LoadRequest rq = CIS__LOAD_REQUEST__INIT;
+	Cis__BlockRef refs[LOAD_BATCH], *rp[LOAD_BATCH];
+	uint8_t ids[LOAD_BATCH][16];
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		struct task *t = &b->t[i];
+		cis__block_ref__init(&refs[i]);
+		for (int k = 0; k < 8; k++) {
+			ids[i][k] = (uint8_t)(t->id.hi >> (56 - 8 * k));
+			ids[i][8 + k] = (uint8_t)(t->id.lo >> (56 - 8 * k));
+		}
+		refs[i].id.data = ids[i];
+		refs[i].id.len = 16;
+		refs[i].mount_id = t->f->mount_id;
+		refs[i].key = t->f->key;
+		refs[i].version = t->f->version;
+		refs[i].index = t->index;
+		refs[i].block_size = t->f->bs;
+		refs[i].file_size = t->f->size;
+		rp[i] = &refs[i];
+		uint64_t end = (t->index + 1) * t->f->bs;
+		bytes += (end > t->f->size ? t->f->size : end) - t->index * t->f->bs;
+	}
+	throttle(j, bytes);
+	rq.n_blocks = b->n;
+	rq.blocks = rp;
+	rq.job_id = j->id;
+	rq.pin = j->pin;
+	cis_rpc_result res = {.fd = -1};
+	cis_errmsg em = {{0}};
+	int err = mst_wcall(m, b->wid, CIS_MSG_WORKER_LOAD, &rq.base, &res, 300000, &em);
+	Cis__LoadReply *rep = NULL;
+	if (!err && cis_msg_unpack(&cis__load_reply__descriptor, res.msg, res.msg_len,
+	                           (ProtobufCMessage **)&rep))
+		err = cis_fail(&em, -CIS_E_PROTO, "malformed load reply");
+	cis_rpc_result_free(&res);
+	if (!err && rep->n_results != b->n)
+		err = cis_fail(&em, -CIS_E_PROTO, "load reply has %zu results for %zu blocks",
+		               rep->n_results, b->n);
+	if (err) {
+		/* the worker failed as a whole: place its tasks again */
+		cis_warn("load batch failed", "job=%llu worker=%llu blocks=%zu: %s",
+		         (unsigned long long)j->id, (unsigned long long)b->wid, b->n,
+		         cis_errmsg_or(&em, err));
+		if (!j->cancel)
+			cis_sleep_ms(500);
+		pthread_mutex_lock(&j->js->lock);
+		mark_bad(j, b->wid, mst_workers_lost_ms(m->workers) + 2000);
+		for (size_t i = 0; i < b->n; i++) {
+			struct task *t = &b->t[i];
+			if (j->cancel || ++t->attempts >= LOAD_ATTEMPTS ||
+			    place_again(j, m, t, b->wid) < 0)
+				task_done(j, t, err, cis_errmsg_or(&em, err), false, 0);
+		}
+		flush_pending(j);
+		pthread_mutex_unlock(&j->js->lock);
+	} else {
+		pthread_mutex_lock(&j->js->lock);
+		for (size_t i = 0; i < b->n; i++) {
+			Cis__BlockResult *r = rep->results[i];
+			task_done(j, &b->t[i], r->code, r->message, r->was_cached, r->length);
+		}
+		pthread_mutex_unlock(&j->js->lock);
+	}
+	if (rep)
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+	free(b);
+}
+
+static void *sender_main(void *arg)
+{
+	struct job *j = arg;
+	pthread_mutex_lock(&j->js->lock);
+	for (;;) {
+		while (!j->qhead && !j->closed)
+			pthread_cond_wait(&j->cond, &j->js->lock);
+		if (!j->qhead)
+			break;
+		struct batch *b = j->qhead;
+		j->qhead = b->next;
+		if (!j->qhead)
+			j->qtail = NULL;
+		j->qlen--;
+		pthread_cond_broadcast(&j->cond);
+		if (j->cancel) {
+			for (size_t i = 0; i < b->n; i++)
+				task_done(j, &b->t[i], -ECANCELED, "cancelled", false, 0);
+			free(b);
+			continue;
+		}
+		pthread_mutex_unlock(&j->js->lock);
+		send_batch(j, b);
+		pthread_mutex_lock(&j->js->lock);
+	}
+	pthread_mutex_unlock(&j->js->lock);
+	return NULL;
+}
+
+/* ---- the producer ---- */
+
+/* Wait on the job's condition for up to ms, saving the record when due.
+ * Caller holds js->lock. */
+static void job_wait(struct job *j, uint64_t ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&j->cond, &j->js->lock, &ts);
+	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
+		job_save(j);
+}
+
+static int load_file(void *arg, const char *path, const mst_inode *ino)
+{
+	struct job *j = arg;
+	mst_master *m = j->js->m;
+	if (j->cursor && mst_path_order(path, j->cursor) <= 0)
+		return 0; /* done before a restart */
+	uint64_t bs = 0, nb = mst_file_blocks(m, ino, &bs);
+	struct frec *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->path = strdup(path);
+	f->key = strdup(ino->key);
+	f->version = strdup(ino->version);
+	if (!f->path || !f->key || !f->version) {
+		frec_free(f);
+		return -ENOMEM;
+	}
+	f->mount_id = ino->mount_id;
+	f->size = ino->size;
+	f->bs = bs;
+	f->c.blocks = j->metadata_only ? 0 : nb;
+	pthread_mutex_lock(&j->js->lock);
+	while ((j->nfiles >= INFLIGHT_FILES || j->qlen >= 2 * j->parallel) && !j->cancel) {
+		flush_pending(j); /* the oldest file may wait in a partial batch */
+		job_wait(j, 500);
+	}
+	if (j->cancel) {
+		pthread_mutex_unlock(&j->js->lock);
+		frec_free(f);
+		return 1;
+	}
+	j->files_seen++;
+	j->bytes_seen += f->size;
+	if (j->ftail)
+		j->ftail->next = f;
+	else
+		j->fhead = f;
+	j->ftail = f;
+	j->nfiles++;
+	int err = 0;
+	refresh_live(j, m);
+	uint32_t r = j->replicas ? j->replicas : 1;
+	for (uint64_t b = 0; !j->metadata_only && b < nb; b++) {
+		struct task t = {.f = f, .index = b};
+		t.id = cis_block_id_make(f->mount_id, f->key, f->version, b);
+		size_t order[64];
+		size_t no = cis_place(t.id, j->live, j->nlive, order, r < 64 ? r : 64);
+		if (no == 0) {
+			f->left++;
+			task_done(j, &t, -EHOSTUNREACH, "no live worker", false, 0);
+			continue;
+		}
+		/* Owners that hold the block already answer was_cached without a
+		 * fetch: the worker's own index decides, not the master's, which
+		 * lags by a heartbeat (a block freed a moment ago is still in it). */
+		for (size_t i = 0; i < no; i++) {
+			uint64_t w = j->live[order[i]];
+			f->left++;
+			if (is_bad(j, w) ? place_again(j, m, &t, w) : pend_task(j, w, &t))
+				task_done(j, &t, -EHOSTUNREACH, "no live worker could take it",
+				          false, 0);
+		}
+	}
+	f->all_queued = true;
+	commit_head(j);
+	pthread_mutex_unlock(&j->js->lock);
+	return err;
+}
+
+static int walk_err(void *arg, const char *path, int code, const char *msg)
+{
+	struct job *j = arg;
+	(void)code;
+	pthread_mutex_lock(&j->js->lock);
+	if (!j->cursor || mst_path_order(path, j->cursor) > 0) {
+		add_failure(j, path, msg);
+		j->dirty = true;
+	}
+	pthread_mutex_unlock(&j->js->lock);
+	return 0;
+}
+
+struct verify {
+	struct job *j;
+	size_t want;
+};
+
+static int verify_file(void *arg, const char *path, const mst_inode *ino)
+{
+	struct verify *v = arg;
+	mst_master *m = v->j->js->m;
+	uint64_t nb = mst_file_blocks(m, ino, NULL);
+	for (uint64_t b = 0; b < nb; b++) {
+		uint64_t hold[64];
+		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, b);
+		size_t nh = mst_workers_locate(m->workers, id, hold, 64);
+		if (nh < v->want) {
+			char msg[128];
+			snprintf(msg, sizeof(msg), "verify: block %llu is on %zu of %zu workers",
+			         (unsigned long long)b, nh, v->want);
+			pthread_mutex_lock(&v->j->js->lock);
+			v->j->c.verify_missing++;
+			add_failure(v->j, path, msg);
+			pthread_mutex_unlock(&v->j->js->lock);
+		}
+	}
+	return v->j->cancel ? 1 : 0;
+}
+
+static int run_load(struct job *j, cis_errmsg *em)
+{
+	mst_master *m = j->js->m;
+	size_t ns = j->parallel ? j->parallel : 4;
+	pthread_t *th = calloc(ns, sizeof(*th));
+	size_t started = 0;
+	if (!th)
+		return -ENOMEM;
+	if (j->resumed) {
+		/* After a master restart the workers re-register at their next
+		 * heartbeat and report their blocks: wait for that, or every block
+		 * would look uncached and without an owner. */
+		uint64_t hb = mst_workers_heartbeat_ms(m->workers);
+		uint64_t until = cis_mono_ms() + mst_workers_lost_ms(m->workers) + 2 * hb;
+		uint64_t settle = cis_mono_ms() + 2 * hb + 500;
+		uint64_t *live = NULL;
+		size_t nlive = 0;
+		while (!j->cancel && cis_mono_ms() < until) {
+			free(live);
+			live = NULL;
+			mst_workers_ids(m->workers, &live, &nlive);
+			if (nlive && cis_mono_ms() >= settle)
+				break;
+			cis_sleep_ms(200);
+		}
+		free(live);
+	}
+	for (; started < ns; started++)
+		if (pthread_create(&th[started], NULL, sender_main, j))
+			break;
+	int err = started ? mst_walk(m, j->path, true, load_file, walk_err, j, em) : -EAGAIN;
+	pthread_mutex_lock(&j->js->lock);
+	if (!err)
+		j->listing_done = true;
+	flush_pending(j);
+	while (j->fhead || j->qhead)
+		job_wait(j, 500);
+	j->closed = true;
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->js->lock);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	if (!err && j->verify && !j->cancel && !j->metadata_only) {
+		/* the location index learns of new blocks by heartbeat */
+		cis_sleep_ms(2 * mst_workers_heartbeat_ms(m->workers) + 500);
+		uint64_t *live;
+		size_t nlive;
+		if (!mst_workers_ids(m->workers, &live, &nlive)) {
+			free(live);
+			struct verify v = {j, j->replicas < nlive ? j->replicas : nlive};
+			if (!v.want)
+				v.want = 1;
+			err = mst_walk(m, j->path, false, verify_file, NULL, &v, em);
+		}
+	}
+	mst_repl_kick(m);
+	return err;
+}
+
+/* Free, pin, unpin: every block below the path, sent to every live worker
+ * (the index may lag behind the workers by a heartbeat). */
+struct bcast {
+	struct job *j;
+	uint64_t *live;
+	size_t nlive;
+	ProtobufCBinaryData ids[BCAST_BATCH];
+	uint8_t raw[BCAST_BATCH][16];
+	size_t n;
+	uint64_t done; /* worker answers counted as done (freed / changed) */
+};
+
+static void bcast_flush(struct bcast *b)
+{
+	struct job *j = b->j;
+	mst_master *m = j->js->m;
+	for (size_t w = 0; w < b->nlive && b->n; w++) {
+		cis_rpc_result res = {.fd = -1};
+		cis_errmsg em = {{0}};
+		int err;
+		if (!strcmp(j->type, "free")) {
+			Cis__FreeRequest rq = CIS__FREE_REQUEST__INIT;
+			rq.n_ids = b->n;
+			rq.ids = b->ids;
+			err = mst_wcall(m, b->live[w], CIS_MSG_WORKER_FREE, &rq.base, &res, 60000,
+			                &em);
+			Cis__FreeReply *r = NULL;
+			if (!err && !cis_msg_unpack(&cis__free_reply__descriptor, res.msg,
+			                            res.msg_len, (ProtobufCMessage **)&r)) {
+				b->done += r->freed + r->deferred;
+				protobuf_c_message_free_unpacked(&r->base, NULL);
+			}
+		} else {
+			Cis__PinRequest rq = CIS__PIN_REQUEST__INIT;
+			rq.n_ids = b->n;
+			rq.ids = b->ids;
+			rq.pin = !strcmp(j->type, "pin");
+			err = mst_wcall(m, b->live[w], CIS_MSG_WORKER_PIN, &rq.base, &res, 60000,
+			                &em);
+			Cis__PinReply *r = NULL;
+			if (!err && !cis_msg_unpack(&cis__pin_reply__descriptor, res.msg,
+			                            res.msg_len, (ProtobufCMessage **)&r)) {
+				b->done += r->changed;
+				protobuf_c_message_free_unpacked(&r->base, NULL);
+			}
+		}
+		cis_rpc_result_free(&res);
+		if (err) {
+			char wn[32];
+			snprintf(wn, sizeof(wn), "worker %llu", (unsigned long long)b->live[w]);
+			pthread_mutex_lock(&j->js->lock);
+			add_failure(j, wn, cis_errmsg_or(&em, err));
+			pthread_mutex_unlock(&j->js->lock);
+		}
+	}
+	pthread_mutex_lock(&j->js->lock);
+	j->c.tasks_loaded = b->done;
+	j->dirty = true;
+	pthread_mutex_unlock(&j->js->lock);
+	b->n = 0;
+}
+
+static int bcast_file(void *arg, const char *path, const mst_inode *ino)
+{
+	struct bcast *b = arg;
+	struct job *j = b->j;
+	(void)path;
+	uint64_t nb = mst_file_blocks(j->js->m, ino, NULL);
+	for (uint64_t i = 0; i < nb; i++) {
+		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, i);
+		for (int k = 0; k < 8; k++) {
+			b->raw[b->n][k] = (uint8_t)(id.hi >> (56 - 8 * k));
+			b->raw[b->n][8 + k] = (uint8_t)(id.lo >> (56 - 8 * k));
+		}
+		b->ids[b->n].data = b->raw[b->n];
+		b->ids[b->n].len = 16;
+		if (++b->n == BCAST_BATCH)
+			bcast_flush(b);
+	}
+	pthread_mutex_lock(&j->js->lock);
+	j->c.files++;
+	j->files_seen++;
+	j->c.blocks += nb;
+	j->c.bytes += ino->size;
+	pthread_mutex_unlock(&j->js->lock);
+	return j->cancel ? 1 : 0;
+}
+
+static int run_bcast(struct job *j, cis_errmsg *em)
+{
+	struct bcast *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->j = j;
+	int err = mst_workers_ids(j->js->m->workers, &b->live, &b->nlive);
+	/* a restart starts these over: they are idempotent */
+	j->c = (struct counts){0};
+	if (!err)
+		err = mst_walk(j->js->m, j->path, false, bcast_file, NULL, b, em);
+	if (!err)
+		bcast_flush(b);
+	j->listing_done = true;
+	free(b->live);
+	free(b);
+	return err;
+}
+
+static void *job_main(void *arg)
+{
+	struct job *j = arg;
+	cis_errmsg em = {{0}};
+	int err = !strcmp(j->type, "load") ? run_load(j, &em) : run_bcast(j, &em);
+	pthread_mutex_lock(&j->js->lock);
+	if (j->shutdown) {
+		pthread_mutex_unlock(&j->js->lock);
+		return NULL;
+	}
+	if (j->cancel)
+		j->state = JOB_CANCELLED;
+	else if (err) {
+		j->state = JOB_FAILED;
+		snprintf(j->error, sizeof(j->error), "%s", cis_errmsg_or(&em, err));
+	} else
+		j->state = JOB_DONE;
+	j->finished_ns = cis_wall_ns();
+	job_save(j);
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->js->lock);
+	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
+	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
+	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
+	return NULL;
+}
+
+/* ---- public ---- */
+
+int mst_jobs_new(mst_master *m, bool background, mst_jobs **out)
+{
+	struct mst_jobs *js = calloc(1, sizeof(*js));
+	if (!js)
+		return -ENOMEM;
+	js->m = m;
+	js->background = background;
+	pthread_mutex_init(&js->lock, NULL);
+	*out = js;
+	return 0;
+}
+
+static void job_free(struct job *j)
+{
+	while (j->fhead) {
+		struct frec *f = j->fhead;
+		j->fhead = f->next;
+		frec_free(f);
+	}
+	while (j->qhead) {
+		struct batch *b = j->qhead;
+		j->qhead = b->next;
+		free(b);
+	}
+	for (size_t i = 0; i < j->npend; i++)
+		free(j->pending[i]);
+	free(j->pending);
+	free(j->pend_ids);
+	free(j->live);
+	free(j->path);
+	free(j->cursor);
+	json_decref(j->failures);
+	pthread_cond_destroy(&j->cond);
+	free(j);
+}
+
+void mst_jobs_free(mst_jobs *js)
+{
+	if (!js)
+		return;
+	/* Stop running jobs; their records stay "running" so the next start
+	 * resumes them. */
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->thread) {
+			j->shutdown = true;
+			j->cancel = true;
+			pthread_cond_broadcast(&j->cond);
+		}
+	pthread_mutex_unlock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->thread)
+			pthread_join(j->th, NULL);
+	while (js->list) {
+		struct job *j = js->list;
+		js->list = j->next;
+		job_free(j);
+	}
+	pthread_mutex_destroy(&js->lock);
+	free(js);
+}
+
+static int job_start(struct mst_jobs *js, struct job *j)
+{
+	if (!js->background)
+		return 0;
+	if (pthread_create(&j->th, NULL, job_main, j))
+		return -EAGAIN;
+	j->thread = true;
+	return 0;
+}
+
+struct sum {
+	uint64_t bytes;
+};
+
+static int sum_file(void *arg, const char *path, const mst_inode *f)
+{
+	(void)path;
+	((struct sum *)arg)->bytes += f->size;
+	return 0;
+}
+
+/* A pin larger than the cache can hold would make eviction impossible:
+ * refuse it. */
+static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
+{
+	struct sum s = {0};
+	int err = mst_walk(m, path, true, sum_file, NULL, &s, em);
+	if (err)
+		return err;
+	mst_policy pol;
+	mst_policy_resolve(m, path, &pol);
+	uint64_t r = pol.replicas ? pol.replicas : 1;
+	json_t *w = mst_workers_json(m->workers);
+	uint64_t cap = 0;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(w, "workers"), i, v) cap +=
+	    (uint64_t)json_integer_value(json_object_get(v, "capacity"));
+	json_decref(w);
+	if (s.bytes * r > cap) {
+		char need[32], have[32];
+		cis_fmt_size(s.bytes * r, need, sizeof(need));
+		cis_fmt_size(cap, have, sizeof(have));
+		return cis_fail(em, -ENOSPC,
+		                "pin %s: %s (%llu replica%s) is more than the cache's %s", path,
+		                need, (unsigned long long)r, r == 1 ? "" : "s", have);
+	}
+	return 0;
+}
+
+int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
+{
+	struct mst_jobs *js = m->jobs;
+	mst_inode *ino;
+	int err;
+	if (!r->type || (strcmp(r->type, "load") && strcmp(r->type, "free") &&
+	                 strcmp(r->type, "pin") && strcmp(r->type, "unpin")))
+		return cis_fail(em, -EINVAL, "unknown job type");
+	if (r->replicas > 64 || r->parallel > 256)
+		return cis_fail(em, -EINVAL, "replicas must be 1..64 and parallel 1..256");
+	ino = malloc(sizeof(*ino));
+	if (!ino)
+		return -ENOMEM;
+	err = mst_ns_resolve(m, r->path, ino, em);
+	free(ino);
+	if (err)
+		return err;
+	if (!strcmp(r->type, "pin")) {
+		err = pin_check(m, r->path, em);
+		if (err)
+			return err;
+	}
+	mst_policy pol;
+	mst_policy_resolve(m, r->path, &pol);
+	if (!strcmp(r->type, "load") && r->replicas > 1 && pol.replicas != r->replicas) {
+		/* the target the replication manager keeps from now on */
+		err = mst_policy_update(m, r->path, r->replicas, -1, -2, false, em);
+		if (err)
+			return err;
+	}
+	MDB_txn *txn;
+	uint64_t id;
+	err = mst_txn_begin(m, true, &txn);
+	if (!err) {
+		err = mst_store_next_id(m, txn, "next_job", &id);
+		if (err)
+			mdb_txn_abort(txn);
+		else
+			err = mst_txn_commit(txn);
+	}
+	if (err)
+		return cis_fail(em, err, "jobs: %s", cis_strerror(err));
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->js = js;
+	j->id = id;
+	snprintf(j->type, sizeof(j->type), "%s", r->type);
+	j->path = strdup(r->path);
+	j->replicas = r->replicas ? r->replicas : 1;
+	j->parallel = r->parallel ? r->parallel : 4;
+	j->bandwidth = r->bandwidth;
+	j->verify = r->verify;
+	j->metadata_only = r->metadata_only;
+	j->pin = r->pin || pol.pin == 1;
+	j->state = JOB_RUNNING;
+	j->created_ns = cis_wall_ns();
+	j->failures = json_array();
+	pthread_cond_init(&j->cond, NULL);
+	if (!j->path || !j->failures) {
+		job_free(j);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&js->lock);
+	job_save(j);
+	err = job_start(js, j);
+	if (err) {
+		pthread_mutex_unlock(&js->lock);
+		job_free(j);
+		return cis_fail(em, err, "cannot start the job thread");
+	}
+	j->next = js->list;
+	js->list = j;
+	pthread_mutex_unlock(&js->lock);
+	cis_info("job started", "id=%llu type=%s path=%s replicas=%u", (unsigned long long)id,
+	         j->type, j->path, j->replicas);
+	*id_out = id;
+	return 0;
+}
+
+int mst_jobs_resume(mst_master *m)
+{
+	struct mst_jobs *js = m->jobs;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	json_t *todo = json_array();
+	int err = mst_txn_begin(m, false, &txn);
+	if (err) {
+		json_decref(todo);
+		return err;
+	}
+	if (mdb_cursor_open(txn, m->dbi_jobs, &cur) == 0) {
+		int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+		while (rc == 0) {
+			json_t *o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
+			const char *st = json_string_value(json_object_get(o, "state"));
+			if (st && !strcmp(st, "running"))
+				json_array_append(todo, o);
+			json_decref(o);
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	size_t i;
+	json_t *o;
+	json_array_foreach(todo, i, o)
+	{
+		struct job *j = job_from_record(js, o);
+		if (!j)
+			continue;
+		pthread_mutex_lock(&js->lock);
+		j->files_seen = j->c.files;
+		j->bytes_seen = j->c.bytes;
+		j->resumed = true;
+		if (job_start(js, j)) {
+			pthread_mutex_unlock(&js->lock);
+			job_free(j);
+			continue;
+		}
+		j->next = js->list;
+		js->list = j;
+		pthread_mutex_unlock(&js->lock);
+		cis_info("job resumed", "id=%llu type=%s path=%s files_done=%llu",
+		         (unsigned long long)j->id, j->type, j->path,
+		         (unsigned long long)j->c.files);
+	}
+	json_decref(todo);
+	return 0;
+}
+
+int mst_job_run(mst_master *m, uint64_t id)
+{
+	struct job *j;
+	pthread_mutex_lock(&m->jobs->lock);
+	for (j = m->jobs->list; j && j->id != id; j = j->next)
+		;
+	pthread_mutex_unlock(&m->jobs->lock);
+	if (!j)
+		return -ENOENT;
+	job_main(j);
+	return 0;
+}
+
+json_t *mst_job_json(mst_master *m, uint64_t id, size_t max_failures)
+{
+	struct mst_jobs *js = m->jobs;
+	json_t *o = NULL;
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->id == id)
+			o = job_record(j, max_failures, true);
+	pthread_mutex_unlock(&js->lock);
+	if (o)
+		return o;
+	o = record_get(m, id);
+	json_t *f = json_object_get(o, "failures");
+	while (json_array_size(f) > max_failures)
+		json_array_remove(f, json_array_size(f) - 1);
+	return o;
+}
+
+json_t *mst_jobs_json(mst_master *m)
+{
+	json_t *arr = json_array();
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	if (mst_txn_begin(m, false, &txn))
+		return arr;
+	if (mdb_cursor_open(txn, m->dbi_jobs, &cur) == 0) {
+		int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+		while (rc == 0 && k.mv_size == 8) {
+			uint64_t id;
+			memcpy(&id, k.mv_data, 8);
+			id = be64toh(id);
+			json_array_append_new(arr, json_integer((json_int_t)id));
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	json_t *out = json_array();
+	size_t i;
+	json_t *jid;
+	json_array_foreach(arr, i, jid)
+	{
+		json_t *o = mst_job_json(m, (uint64_t)json_integer_value(jid), 0);
+		if (o) {
+			json_object_del(o, "failures");
+			json_array_append_new(out, o);
+		}
+	}
+	json_decref(arr);
+	return out;
+}
+
+int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
+{
+	struct mst_jobs *js = m->jobs;
+	int err = cis_fail(em, -ENOENT, "job %llu: no such running job", (unsigned long long)id);
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->id == id) {
+			if (j->state != JOB_RUNNING) {
+				err = cis_fail(em, -EINVAL, "job %llu is already %s",
+				               (unsigned long long)id, state_names[j->state]);
+			} else {
+				j->cancel = true;
+				pthread_cond_broadcast(&j->cond);
+				if (!j->thread) {
+					j->state = JOB_CANCELLED;
+					job_save(j);
+				}
+				em->text[0] = 0;
+				err = 0;
+			}
+		}
+	pthread_mutex_unlock(&js->lock);
+	return err;
+}
+
+int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
+{
+	json_t *all = mst_jobs_json(m);
+	size_t i;
+	json_t *o;
+	*started = 0;
+	json_array_foreach(all, i, o)
+	{
+		const char *type = json_string_value(json_object_get(o, "type"));
+		const char *st = json_string_value(json_object_get(o, "state"));
+		const char *path = json_string_value(json_object_get(o, "path"));
+		int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
+		if (!type || strcmp(type, "load") || !st || strcmp(st, "done") || !path || !fin ||
+		    json_is_true(json_object_get(o, "expired")))
+			continue;
+		mst_policy pol;
+		if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0 ||
+		    fin + pol.ttl_s * 1000000000LL > now_ns)
+			continue;
+		uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
+		/* mark first: a crash between the two leaves blocks cached, never
+		 * frees twice */
+		struct mst_jobs *js = m->jobs;
+		bool marked = false;
+		pthread_mutex_lock(&js->lock);
+		for (struct job *j = js->list; j; j = j->next)
+			if (j->id == id) {
+				j->expired = true;
+				job_save(j);
+				marked = true;
+			}
+		pthread_mutex_unlock(&js->lock);
+		if (!marked) {
+			json_object_set_new(o, "expired", json_true());
+			json_t *full = record_get(m, id);
+			if (full) {
+				json_object_set_new(full, "expired", json_true());
+				record_put(m, id, full);
+				json_decref(full);
+			}
+		}
+		mst_job_req r = {.type = "free", .path = path};
+		uint64_t fid;
+		cis_errmsg em = {{0}};
+		if (mst_job_submit(m, &r, &fid, &em) == 0) {
+			(*started)++;
+			cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", path,
+			         (unsigned long long)id, (unsigned long long)fid);
+		}
+	}
+	json_decref(all);
+	return 0;
+}

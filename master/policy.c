@@ -1,0 +1,220 @@
+/* Per-path policies: replication target, pin, TTL. Kept in the policies
+ * dbi keyed by the path's bytes, each value a small JSON object with only
+ * the fields the path sets ({"replicas": 2, "pin": true, "ttl": 600}).
+ * Resolving walks from the path up to "/": O(depth) LMDB gets. The table is
+ * expected to be small (policies are set by operators on dataset roots). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master.h"
+
+static json_t *policy_get_raw(mst_master *m, MDB_txn *txn, const char *path, size_t len)
+{
+	MDB_val k = {len, (void *)path}, v;
+	if (mdb_get(txn, m->dbi_policies, &k, &v))
+		return NULL;
+	return json_loadb(v.mv_data, v.mv_size, 0, NULL);
+}
+
+int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out)
+{
+	MDB_txn *txn;
+	*out = MST_POLICY_UNSET;
+	int err = mst_txn_begin(m, false, &txn);
+	if (err)
+		return err;
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	for (;;) {
+		json_t *p = policy_get_raw(m, txn, path, len);
+		if (p) {
+			json_t *r = json_object_get(p, "replicas");
+			if (!out->replicas && json_is_integer(r) && json_integer_value(r) > 0) {
+				out->replicas = (uint32_t)json_integer_value(r);
+				out->replicas_from = len;
+			}
+			json_t *pin = json_object_get(p, "pin");
+			if (out->pin < 0 && json_is_boolean(pin))
+				out->pin = json_is_true(pin);
+			json_t *t = json_object_get(p, "ttl");
+			if (out->ttl_s < 0 && json_is_integer(t) && json_integer_value(t) >= 0)
+				out->ttl_s = json_integer_value(t);
+			json_decref(p);
+		}
+		if (len <= 1)
+			break;
+		/* up one component; "/a" -> "/" */
+		while (len > 1 && path[len - 1] != '/')
+			len--;
+		if (len > 1)
+			len--;
+	}
+	mdb_txn_abort(txn);
+	return 0;
+}
+
+static bool is_below(const char *dir, size_t dl, const char *p, size_t pl)
+{
+	if (dl == 1)
+		return pl > 1;
+	return pl > dl && memcmp(p, dir, dl) == 0 && p[dl] == '/';
+}
+
+static int put_json(mst_master *m, MDB_txn *txn, const char *path, size_t len, json_t *o)
+{
+	MDB_val k = {len, (void *)path};
+	if (json_object_size(o) == 0) {
+		int rc = mdb_del(txn, m->dbi_policies, &k, NULL);
+		return rc == 0 || rc == MDB_NOTFOUND ? 0 : -CIS_E_INTERNAL;
+	}
+	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!s)
+		return -ENOMEM;
+	MDB_val v = {strlen(s), s};
+	int rc = mdb_put(txn, m->dbi_policies, &k, &v, 0);
+	free(s);
+	return rc == MDB_MAP_FULL ? -ENOSPC : rc ? -CIS_E_INTERNAL : 0;
+}
+
+int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
+                      bool clear_below, cis_errmsg *em)
+{
+	MDB_txn *txn;
+	size_t len = strlen(path);
+	int err = mst_path_check(path, len, em);
+	if (err)
+		return err;
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	if (replicas > 64)
+		return cis_fail(em, -EINVAL, "%s: %lld replicas, at most 64", path,
+		                (long long)replicas);
+	err = mst_txn_begin(m, true, &txn);
+	if (err)
+		return cis_fail(em, err, "policies: %s", cis_strerror(err));
+	json_t *o = policy_get_raw(m, txn, path, len);
+	if (!o)
+		o = json_object();
+	if (replicas == 0)
+		json_object_del(o, "replicas");
+	else if (replicas > 0)
+		json_object_set_new(o, "replicas", json_integer(replicas));
+	if (pin >= 0)
+		json_object_set_new(o, "pin", json_boolean(pin));
+	if (ttl_s == -1)
+		json_object_del(o, "ttl");
+	else if (ttl_s >= 0)
+		json_object_set_new(o, "ttl", json_integer(ttl_s));
+	err = put_json(m, txn, path, len, o);
+	json_decref(o);
+	if (!err && clear_below) {
+		/* Descendants sort after path + "/" (keys are bytes): walk from there. */
+		MDB_cursor *cur;
+		MDB_val k = {len, (void *)path}, v;
+		if (mdb_cursor_open(txn, m->dbi_policies, &cur) == 0) {
+			int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+			while (!err && rc == 0) {
+				if (is_below(path, len, k.mv_data, k.mv_size)) {
+					json_t *c = json_loadb(v.mv_data, v.mv_size, 0, NULL);
+					if (c && json_object_get(c, "replicas")) {
+						json_object_del(c, "replicas");
+						char *kp = malloc(k.mv_size);
+						if (kp) {
+							memcpy(kp, k.mv_data, k.mv_size);
+							size_t kl = k.mv_size;
+							mdb_cursor_close(cur);
+							err = put_json(m, txn, kp, kl, c);
+							free(kp);
+							json_decref(c);
+							if (err || mdb_cursor_open(
+							               txn, m->dbi_policies, &cur))
+								goto out_txn;
+							/* carry on from the next key */
+							k.mv_size = len;
+							k.mv_data = (void *)path;
+							rc = mdb_cursor_get(cur, &k, &v,
+							                    MDB_SET_RANGE);
+							continue;
+						}
+					}
+					json_decref(c);
+				} else if (!(len == 1 ||
+				             (k.mv_size >= len && !memcmp(k.mv_data, path, len)))) {
+					break; /* past the subtree's prefix */
+				}
+				rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+			}
+			mdb_cursor_close(cur);
+		}
+	}
+out_txn:
+	if (err) {
+		mdb_txn_abort(txn);
+		return cis_fail(em, err, "%s: saving the policy: %s", path, cis_strerror(err));
+	}
+	err = mst_txn_commit(txn);
+	if (err)
+		return cis_fail(em, err, "%s: saving the policy: %s", path, cis_strerror(err));
+	return 0;
+}
+
+json_t *mst_policies_json(mst_master *m)
+{
+	json_t *arr = json_array();
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	if (mst_txn_begin(m, false, &txn))
+		return arr;
+	if (mdb_cursor_open(txn, m->dbi_policies, &cur) == 0) {
+		int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+		while (rc == 0) {
+			json_t *o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
+			if (json_is_object(o)) {
+				json_object_set_new(o, "path", json_stringn(k.mv_data, k.mv_size));
+				json_array_append(arr, o);
+			}
+			json_decref(o);
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	return arr;
+}
+
+void mst_strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+int mst_policies_with_replicas(mst_master *m, char ***paths, size_t *n)
+{
+	json_t *all = mst_policies_json(m);
+	size_t i, cnt = 0;
+	json_t *p;
+	*paths = calloc(json_array_size(all) + 1, sizeof(char *));
+	if (!*paths) {
+		json_decref(all);
+		return -ENOMEM;
+	}
+	json_array_foreach(all, i, p)
+	{
+		if (json_integer_value(json_object_get(p, "replicas")) > 0) {
+			char *s = strdup(json_string_value(json_object_get(p, "path")));
+			if (!s) {
+				mst_strv_free(*paths, cnt);
+				json_decref(all);
+				return -ENOMEM;
+			}
+			(*paths)[cnt++] = s;
+		}
+	}
+	*n = cnt;
+	json_decref(all);
+	return 0;
+}
