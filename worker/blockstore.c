@@ -906,7 +906,8 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 	mdb_txn_abort(txn);
 
 	/* Most recent first, each appended at probation's cold end. */
-	qsort(loaded, nl, sizeof(*loaded), cmp_atime);
+	if (nl)
+		qsort(loaded, nl, sizeof(*loaded), cmp_atime);
 	for (size_t i = 0; i < nl; i++) {
 		wrk_block *b = loaded[i];
 		bs_dir *d = &bs->dirs[b->dir];

@@ -221,7 +221,8 @@ static int on_frame(void *arg, const cis_frame_hdr *hdr, const uint8_t *msg, con
 		if (!c->buf)
 			return -ENOMEM;
 	}
-	memcpy(c->buf + c->n, data, hdr->data_len);
+	if (hdr->data_len)
+		memcpy(c->buf + c->n, data, hdr->data_len);
 	c->n += hdr->data_len;
 	c->next_off += hdr->data_len;
 	return 0;
