@@ -80,6 +80,7 @@ struct fetch {
 	int local_err; /* a write to the cache failed with this */
 	waiter *waiters;
 	uint64_t start_ns;
+	bool from_peer; /* the bytes came from src_host */
 };
 
 struct wrk_fx {
@@ -424,7 +425,7 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 
 		if (!j || wrk_ref_copy(&j->ref, ref) < 0) {
 			free(j);
-			done(arg, -ENOMEM, false, NULL);
+			done(arg, -ENOMEM, 0, NULL);
 			return false;
 		}
 		j->kind = J_VERIFY_ENSURE;
@@ -437,7 +438,7 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	}
 	wt = calloc(1, sizeof(*wt));
 	if (!wt) {
-		done(arg, -ENOMEM, false, NULL);
+		done(arg, -ENOMEM, 0, NULL);
 		return false;
 	}
 	wt->kind = W_DONE;
@@ -453,7 +454,7 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	if (!f) {
 		pthread_mutex_unlock(&fx->mu);
 		free(wt);
-		done(arg, -ENOMEM, false, NULL);
+		done(arg, -ENOMEM, 0, NULL);
 		return false;
 	}
 	wt->next = f->waiters;
@@ -563,8 +564,10 @@ static int fill_from_peer(wrk *w, fill_ctx *fc, cis_errmsg *em)
 	if (rc == 0 && f->filled != f->len)
 		rc = cis_fail(em, -CIS_E_PROTO, "peer %s:%u sent %" PRIu64 " of %" PRIu64 " bytes",
 		              f->src_host, f->src_port, f->filled, f->len);
-	if (rc == 0)
+	if (rc == 0) {
 		cis_counter_add(w->m.peer_bytes, f->len);
+		f->from_peer = true;
+	}
 	return rc;
 }
 
@@ -576,6 +579,8 @@ static bool is_local_err(int e)
 
 static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *em)
 {
+	unsigned flags = (local ? WRK_DONE_LOCAL : 0) | (f->from_peer ? WRK_DONE_PEER : 0);
+
 	wrk *w = fx->w;
 	waiter *list, *wt, *next;
 
@@ -602,7 +607,7 @@ static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *e
 				                    cis_errmsg_or(em, rc));
 			cis_rpc_conn_unref(wt->conn);
 		} else {
-			wt->done(wt->arg, rc, local, em);
+			wt->done(wt->arg, rc, flags, em);
 		}
 		free(wt);
 	}
@@ -834,7 +839,7 @@ static void run_job(wrk_fx *fx, job *j)
 		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
 			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
 		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->pin, j->done, j->arg))
-			j->done(j->arg, 0, false, NULL);
+			j->done(j->arg, 0, 0, NULL);
 		break;
 	}
 	if (j->conn)

@@ -107,7 +107,7 @@ static void open_reply(open_ctx *c)
 		cis_counter_add(w->m.served_local, info.len);
 }
 
-static void open_done(void *arg, int rc, bool local, const cis_errmsg *em)
+static void open_done(void *arg, int rc, unsigned flags, const cis_errmsg *em)
 {
 	open_ctx *c = arg;
 
@@ -115,7 +115,8 @@ static void open_done(void *arg, int rc, bool local, const cis_errmsg *em)
 		open_reply(c);
 	else
 		cis_rpc_reply_error(c->conn, &c->hdr, rc, "%s%s",
-		                    local ? "cannot cache block: " : "", cis_errmsg_or(em, rc));
+		                    (flags & WRK_DONE_LOCAL) ? "cannot cache block: " : "",
+		                    cis_errmsg_or(em, rc));
 	cis_rpc_conn_unref(c->conn);
 	free(c);
 }
@@ -154,7 +155,7 @@ static void handle_open_local(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *h
 	else
 		cis_counter_inc(w->m.misses);
 	if (wrk_fx_ensure(w->fx, &ref, WRK_PRIO_HIGH, NULL, false, open_done, c))
-		open_done(c, 0, false, NULL);
+		open_done(c, 0, 0, NULL);
 out_ref:
 	wrk_ref_free(&ref);
 out_req:
@@ -184,11 +185,11 @@ static void handle_lease(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, c
 
 /* ---- Prefetch, Load, Replicate ---- */
 
-static void prefetch_done(void *arg, int rc, bool local, const cis_errmsg *em)
+static void prefetch_done(void *arg, int rc, unsigned flags, const cis_errmsg *em)
 {
 	(void)arg;
 	(void)rc;
-	(void)local;
+	(void)flags;
 	(void)em; /* fire and forget: the fetch logged its failure */
 }
 
@@ -290,13 +291,14 @@ static void load_set(load_ctx *c, size_t i, int rc, const char *why, bool was_ca
 		load_finish(c);
 }
 
-static void load_done(void *arg, int rc, bool local, const cis_errmsg *em)
+static void load_done(void *arg, int rc, unsigned flags, const cis_errmsg *em)
 {
 	load_item *it = arg;
 	load_ctx *c = it->c;
 	size_t i = it->i;
 
-	(void)local;
+	if (flags & WRK_DONE_PEER)
+		c->from_peer = true; /* one block per replicate: no race */
 	free(it);
 	load_set(c, i, rc, rc < 0 ? cis_errmsg_or(em, rc) : NULL, false);
 }

@@ -191,9 +191,11 @@ int wrk_bs_save_worker_id(wrk_bs *bs, uint64_t id);
 enum wrk_prio { WRK_PRIO_HIGH, WRK_PRIO_LOW };
 
 /* Called once when a fetch a caller waits on is over: rc 0 (the block is
- * cached) or negative; local says the failure was the cache's (disk), not
- * the store's. From a fetch thread. */
-typedef void (*wrk_done_fn)(void *arg, int rc, bool local, const cis_errmsg *em);
+ * cached) or negative; flags: WRK_DONE_LOCAL, the failure was the cache's
+ * (disk), not the store's; WRK_DONE_PEER, the bytes came from a peer
+ * worker. From a fetch thread, or the caller's. */
+enum { WRK_DONE_LOCAL = 1, WRK_DONE_PEER = 2 };
+typedef void (*wrk_done_fn)(void *arg, int rc, unsigned flags, const cis_errmsg *em);
 
 int wrk_fx_start(wrk *w, int threads, wrk_fx **out);
 void wrk_fx_stop(wrk_fx *fx);

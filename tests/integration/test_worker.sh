@@ -150,6 +150,22 @@ wcl W1 f.bin read 3 0 100 | cmp - <(expect f.bin $((3 * MB)) 100) || fail "serve
 wcl W1 f.bin local 3 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "local after garbage"
 kill -0 "$W1_PID" || fail "worker died on garbage"
 
+log "replicate from a peer, and from the store when the peer fails"
+start_worker W6 --cache-dir "$CIS_TMP/c6:64M"
+out=$(wcl W6 f.bin replicate 3 "127.0.0.1:$W1_RPC")
+assert_contains "$out" "from_peer=1 code=0"
+assert_eq "$(metric W6 cistern_worker_store_reads_total)" 0 "replica came from the peer"
+assert_eq "$(metric W6 cistern_worker_peer_fetched_bytes_total)" $MB "peer bytes"
+dead=$(free_port)
+out=$(wcl W6 f.bin replicate 2 "127.0.0.1:$dead")
+assert_contains "$out" "from_peer=0 code=0"
+assert_eq "$(metric W6 cistern_worker_store_reads_total)" 1 "fell back to the store"
+reads0=$(metric W6 cistern_worker_store_reads_total)
+wcl W6 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "replica differs"
+wcl W6 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "fallback copy differs"
+assert_eq "$(metric W6 cistern_worker_store_reads_total)" "$reads0" "replicas are cached"
+kill_pid "$W6_PID"
+
 # ---------------------------------------------------------------- warm restart
 log "warm restart after kill -9"
 wcl W1 f.bin cat >/dev/null

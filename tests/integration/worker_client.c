@@ -15,6 +15,7 @@
  *   parallel N INDEX     N threads read the whole block at once over TCP; all
  *                        must agree; prints the bytes once
  *   prefetch|load|pin|unpin|free INDEX...   the batch requests; prints the reply
+ *   replicate INDEX HOST:PORT  copy the block from that peer worker (store fallback)
  *   stat                 prints "dir used capacity blocks writable" lines
  *   id INDEX             prints the block id
  *   garbage              sends junk after HELLO and checks the worker still answers
@@ -505,6 +506,30 @@ int main(int argc, char **argv)
 		if (i + 1 >= argc)
 			die("parallel N INDEX");
 		cmd_parallel(&f, atoi(argv[i]), strtoull(argv[i + 1], NULL, 10));
+		return 0;
+	}
+	if (strcmp(cmd, "replicate") == 0) {
+		Cis__ReplicateRequest req = CIS__REPLICATE_REQUEST__INIT;
+		Cis__ReplicateReply *rep;
+		Cis__WorkerInfo src = CIS__WORKER_INFO__INIT;
+		static char host[256];
+		uint16_t port;
+		ref_buf r;
+
+		if (i + 1 >= argc || cis_parse_hostport(argv[i + 1], host, sizeof(host), &port) < 0)
+			die("replicate INDEX HOST:PORT");
+		make_ref(&f, strtoull(argv[i], NULL, 10), &r);
+		src.host = host;
+		src.rpc_port = port;
+		req.block = &r.ref;
+		req.source = &src;
+		c = connect_to(tcp_addr, unix_path);
+		rep = call(c, CIS_MSG_WORKER_REPLICATE, &req.base,
+		           &cis__replicate_reply__descriptor, NULL);
+		printf("from_peer=%d code=%d\n", rep->from_peer,
+		       rep->result ? rep->result->code : 0);
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+		cis_rpc_client_free(c);
 		return 0;
 	}
 	if (strcmp(cmd, "id") == 0) {
