@@ -333,6 +333,15 @@ void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const
 		return;
 	}
 	end = (len == 0 || len > blen - off) ? blen : off + len;
+	if (end == off) {
+		/* Nothing to send (an empty file, or the offset at the end):
+		 * answer now; a waiter with nothing to wait for would never be. */
+		Cis__ReadBlockReply r;
+
+		reply_msg(&r, 0, off, wrk_bs_has(w->bs, ref->id));
+		cis_rpc_reply(conn, hdr, &r.base, 0);
+		return;
+	}
 
 again:
 	if (wrk_bs_acquire(w->bs, ref->id, true, &info) == 0) {

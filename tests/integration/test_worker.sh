@@ -19,6 +19,7 @@ head -c $((5 * MB + 12345)) /dev/urandom >"$DATA/f.bin"
 for i in $(seq 0 24); do head -c $MB /dev/urandom >"$DATA/scan$i"; done
 head -c $((3 * MB)) /dev/urandom >"$DATA/hot"
 echo -n "tiny" >"$DATA/tiny"
+: >"$DATA/empty"
 
 # start_worker NAME ARGS...: a worker with state in $CIS_TMP/NAME.
 start_worker() {
@@ -73,6 +74,10 @@ wcl W1 f.bin cat >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" "$DATA/f.bin" || fail "whole file differs"
 wcl W1 tiny read 0 0 0 >"$CIS_TMP/out"
 assert_eq "$(cat "$CIS_TMP/out")" "tiny" "one short block"
+wcl W1 empty read 0 0 0 >"$CIS_TMP/out"
+assert_eq "$(stat -c %s "$CIS_TMP/out")" 0 "empty file"
+wcl W1 tiny read 0 4 0 >"$CIS_TMP/out"
+assert_eq "$(stat -c %s "$CIS_TMP/out")" 0 "read at the block end"
 if wcl W1 f.bin read 5 12346 1 2>"$CIS_TMP/err"; then fail "read past the block end succeeded"; fi
 assert_contains "$(cat "$CIS_TMP/err")" "past the end"
 if wcl W1 f.bin read 6 0 0 2>"$CIS_TMP/err"; then fail "a block past the file end was read"; fi

@@ -297,6 +297,13 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 		printf("held %" PRIu64 "\n", rep->length);
 		fflush(stdout);
 		usleep((useconds_t)hold_ms * 1000);
+		lr.lease_id = rep->lease_id;
+		lr.lease_ms = 5000;
+		lrep = call(c, CIS_MSG_WORKER_RENEW_LOCAL, &lr.base, &cis__lease_reply__descriptor,
+		            NULL);
+		if (lrep->lease_expiry_ms != 5000)
+			die("renew: granted %" PRIu64 " ms", lrep->lease_expiry_ms);
+		protobuf_c_message_free_unpacked(&lrep->base, NULL);
 	} else {
 		for (;;) {
 			ssize_t n = pread(fd, buf, sizeof(buf), (off_t)got);
@@ -316,6 +323,18 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 	lr.lease_id = rep->lease_id;
 	lrep = call(c, CIS_MSG_WORKER_RELEASE_LOCAL, &lr.base, &cis__lease_reply__descriptor, NULL);
 	protobuf_c_message_free_unpacked(&lrep->base, NULL);
+	{
+		/* A released lease is gone: a second release is an error. */
+		cis_rpc_result res;
+		cis_errmsg em = {{0}};
+		int rc;
+
+		memset(&res, 0, sizeof(res));
+		rc = cis_rpc_call(c, CIS_MSG_WORKER_RELEASE_LOCAL, &lr.base, NULL, 0, &res, 0, &em);
+		if (rc != -ENOENT)
+			die("second release of lease: %d, want -ENOENT", rc);
+		cis_rpc_result_free(&res);
+	}
 	protobuf_c_message_free_unpacked(&rep->base, NULL);
 	cis_rpc_client_free(c);
 }
