@@ -62,7 +62,10 @@ typedef struct wrk_block {
 
 typedef struct bs_dir {
 	char *path;
-	uint64_t capacity, high, low;
+	uint64_t cfg_capacity; /* as configured */
+	uint64_t capacity;     /* as usable now: lowered after ENOSPC */
+	uint64_t high, low;    /* bytes, from the fractions below */
+	double high_frac, low_frac, prot_frac;
 	uint64_t used;     /* complete blocks plus reservations */
 	uint64_t reserved; /* part of used: fetches under way */
 	uint64_t pinned;
@@ -222,6 +225,17 @@ static bool probe_writable(const char *dir)
 	return true;
 }
 
+/* Caller holds mu (or owns d). */
+static void set_capacity(bs_dir *d, uint64_t cap)
+{
+	if (cap > d->cfg_capacity)
+		cap = d->cfg_capacity;
+	d->capacity = cap;
+	d->high = (uint64_t)((double)cap * d->high_frac);
+	d->low = (uint64_t)((double)cap * d->low_frac);
+	d->lru.prot_max = (uint64_t)((double)cap * d->prot_frac);
+}
+
 void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 {
 	char cause[PATH_MAX + 32];
@@ -229,8 +243,19 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 
 	pthread_mutex_lock(&bs->mu);
 	was = bs->dirs[dir].writable;
-	/* ENOSPC leaves the dir readable: cached blocks keep being served. */
-	bs->dirs[dir].writable = false;
+	if (err == -ENOSPC || err == -EDQUOT) {
+		/* The file system holds less than configured (shared disk, a
+		 * tmpfs given too large a size): shrink the dir to what it now
+		 * holds, so eviction makes room from here on. The probe grows
+		 * it back as space appears. Nothing there: stop writing. */
+		bs_dir *d = &bs->dirs[dir];
+
+		set_capacity(d, d->used - d->reserved);
+		d->writable = d->capacity > 0;
+	} else {
+		/* The dir stays readable: cached blocks keep being served. */
+		bs->dirs[dir].writable = false;
+	}
 	pthread_mutex_unlock(&bs->mu);
 	cis_counter_inc(bs->w->m.disk_errors);
 	snprintf(cause, sizeof(cause), "worker:dir:%d:%s", -err, bs->dirs[dir].path);
@@ -243,6 +268,21 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 {
 	for (int i = 0; i < bs->ndirs; i++) {
 		bool ok, was;
+		struct statvfs vfs;
+
+		/* A dir shrunk by ENOSPC grows back as the file system frees. */
+		if (statvfs(bs->dirs[i].path, &vfs) == 0) {
+			uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+
+			pthread_mutex_lock(&bs->mu);
+			if (bs->dirs[i].capacity < bs->dirs[i].cfg_capacity &&
+			    bs->dirs[i].used + avail > bs->dirs[i].capacity) {
+				set_capacity(&bs->dirs[i], bs->dirs[i].used + avail);
+				if (bs->dirs[i].capacity > 0 && !bs->dirs[i].writable)
+					bs->dirs[i].writable = probe_writable(bs->dirs[i].path);
+			}
+			pthread_mutex_unlock(&bs->mu);
+		}
 
 		pthread_mutex_lock(&bs->mu);
 		was = bs->dirs[i].writable;
@@ -1003,10 +1043,12 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 				rc = cis_fail(em, -EINVAL, "cache dir %s given twice", d->path);
 				goto out_dirs;
 			}
-		d->capacity = o->dirs[i].capacity;
-		d->high = (uint64_t)((double)d->capacity * o->high);
-		d->low = (uint64_t)((double)d->capacity * o->low);
-		wrk_slru_init(&d->lru, (uint64_t)((double)d->capacity * o->protected_frac));
+		d->cfg_capacity = o->dirs[i].capacity;
+		d->high_frac = o->high;
+		d->low_frac = o->low;
+		d->prot_frac = o->protected_frac;
+		wrk_slru_init(&d->lru, 0);
+		set_capacity(d, d->cfg_capacity);
 		clean_tmp(d->path);
 		d->writable = probe_writable(d->path);
 		if (!d->writable)
