@@ -14,19 +14,22 @@ deps:
 build:
 	@scripts/install-deps.sh --build-only
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 # clang so that the libFuzzer targets build alongside the sanitizers.
 build-asan:
 	@scripts/install-deps.sh --build-only
 	CC=clang cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCISTERN_SANITIZE=ON -DCISTERN_FUZZ=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
 
 # Everything: formatting, the release build's unit and integration tests,
 # then the sanitizer build's unit tests and the fuzzers for a bounded time.
+# Both phases run even when the first fails, so one run shows every failure.
 test: deps format-check build build-asan
-	cd $(BUILD) && ctest --output-on-failure --timeout 900
-	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -L 'unit|fuzz'
+	@rc=0; \
+	(cd $(BUILD) && ctest --output-on-failure --timeout 900) || rc=1; \
+	(cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -L 'unit|fuzz') || rc=1; \
+	exit $$rc
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
