@@ -3,10 +3,11 @@
 # charts (bench/report.py). Each bench/<name>.sh writes JSON into
 # bench/results/; a script that fails is recorded and the others still run.
 #
-#   bench/run-all.sh [NAME...]      (default: large small meta train)
+#   bench/run-all.sh [NAME...]      (default: large small meta train master-ls)
 # Environment: BENCH_QUICK=1 for a small version of every dataset (for a
 # shared or slow machine; the report says so), BENCH_TIMEOUT per script in
-# seconds (3600), and the knobs of bench/lib.sh (BENCH_REPEATS, BENCH_STORES,
+# seconds (3600), BENCH_KEEP=1 to keep the results already in bench/results
+# (to add or redo some benchmarks and render everything), and the knobs of bench/lib.sh (BENCH_REPEATS, BENCH_STORES,
 # SHAPE_*), the dataset sizes (LARGE_FILES, LARGE_MIB, SMALL_FILES,
 # SMALL_KIB, META_OBJECTS, META_DIRS, TRAIN_THREADS, TRAIN_EPOCHS).
 set -uo pipefail
@@ -16,7 +17,7 @@ top=$(dirname "$bench")
 results=${BENCH_RESULTS:-$bench/results}
 export BENCH_RESULTS=$results
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(large small meta train)
+[ ${#names[@]} -gt 0 ] || names=(large small meta train master-ls)
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	export LARGE_FILES=${LARGE_FILES:-4} LARGE_MIB=${LARGE_MIB:-64}
@@ -28,15 +29,21 @@ fi
 	echo "run-all: ${CIS_BUILD:-$top/build}/cli/cistern is not built: Cistern rows will be missing" >&2
 
 mkdir -p "$results"
-rm -f "$results"/*.json "$results"/*.log
 notes="$results/notes.md"
+if [ "${BENCH_KEEP:-0}" = 1 ] && [ -f "$notes" ]; then
+	for n in "${names[@]}"; do
+		rm -f "$results/$n.log" "$results/$n"-*.json
+	done
+else
+	rm -f "$results"/*.json "$results"/*.log "$notes"
+fi
 {
-	echo "- Started $(date -u '+%Y-%m-%d %H:%M UTC'); load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."
+	echo "- Started $(date -u '+%Y-%m-%d %H:%M UTC') (${names[*]}); load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."
 	if [ "${BENCH_QUICK:-0}" = 1 ]; then
 		echo "- **Quick mode** (BENCH_QUICK=1): datasets smaller than the full suite's; see each table's parameters."
 	fi
 	echo "- Shaped store: ${SHAPE_LATENCY_MS:-20} ms first-byte latency, ${SHAPE_CONN_MBPS:-100} MB/s per connection, ${SHAPE_TOTAL_MBPS:-1000} MB/s in all."
-} >"$notes"
+} >>"$notes"
 
 for n in "${names[@]}"; do
 	script="$bench/$n.sh"
