@@ -821,11 +821,14 @@ int main(int argc, char **argv)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 
 	fcl_meta_src src = {fcl_master_lookup, fcl_master_getattr, &c};
+	/* Versions only decide keep_cache: a forgotten one costs a page-cache
+	 * refill, so this map stays smaller than the name caches. */
+	size_t versions_cap = o.meta_cache < 65536 ? o.meta_cache : 65536;
 	if (fcl_inodes_new(&c.inodes) || fcl_workers_init(&c) || fcl_stats_init(&c) ||
 	    fcl_meta_new(&src, (uint64_t)(o.entry_timeout * 1000),
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
 	                 o.meta_cache, &c.meta) ||
-	    fcl_lru_new(o.meta_cache, CIS_UFS_VERSION_MAX, &c.versions) ||
+	    fcl_lru_new(versions_cap, CIS_UFS_VERSION_MAX, &c.versions) ||
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote))
 		cis_die("out of memory at start-up");
 
@@ -875,7 +878,11 @@ int main(int argc, char **argv)
 	fuse_loop_cfg_set_max_threads(lc, (unsigned)o.threads);
 	fuse_loop_cfg_set_idle_threads(lc, (unsigned)(o.threads / 2 ? o.threads / 2 : 1));
 	rc = fuse_session_loop_mt(se, lc);
-	exit_code = rc == 0 ? 0 : 1;
+	/* libfuse returns the signal number after SIGTERM/SIGINT/SIGHUP: that
+	 * is the clean way out. Negative is a failure of the loop. */
+	exit_code = rc < 0 ? 1 : 0;
+	if (rc < 0)
+		cis_error("session loop failed", "err=\"%s\"", strerror(-rc));
 	fuse_loop_cfg_destroy(lc);
 	cis_info("unmounting", "mountpoint=\"%s\"", o.mountpoint);
 
