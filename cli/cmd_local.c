@@ -54,6 +54,7 @@
 
 #define LOCAL_STOP_TIMEOUT_MS 15000
 #define LOCAL_LINE_MAX        (3 * PATH_MAX + 1024) /* the ready or error line */
+#define LOCAL_MAX_CACHE_DIRS  32                    /* the worker's limit (WRK_MAX_DIRS) */
 #define LOCAL_POLL_MS         100
 
 static const cis_opt local_opts[] = {
@@ -813,7 +814,7 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 		return rc;
 
 	/* The worker: state, socket, and one --cache-dir per cache. */
-	char *wargv[16 + 2 * 32];
+	char *wargv[16 + 2 * LOCAL_MAX_CACHE_DIRS];
 	int wn = 0;
 
 	wargv[wn++] = (char *)"cistern-worker";
@@ -831,7 +832,7 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 		wargv[wn++] = (char *)"--cache-dir";
 		wargv[wn++] = s->cache_default;
 	}
-	for (size_t i = 0; i < ncache && i < 32; i++) {
+	for (size_t i = 0; i < ncache && i < LOCAL_MAX_CACHE_DIRS; i++) {
 		wargv[wn++] = (char *)"--cache-dir";
 		wargv[wn++] = (char *)caches[i];
 	}
@@ -1081,6 +1082,7 @@ static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_
 static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
 {
 	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
+	const char *const *caches = NULL;
 	uint16_t used[8], dm, dw, df;
 	size_t nused = 0;
 	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
@@ -1095,6 +1097,8 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 		                s->uri);
 	if ((rc = cis_config_int(s->cfg, "timeout", 1, 3600, &t, em)) < 0)
 		return rc;
+	if (cis_config_multi(s->cfg, "cache-dir", &caches) > LOCAL_MAX_CACHE_DIRS)
+		return cis_fail(em, -CIS_E_CONFIG, "at most %d --cache-dir", LOCAL_MAX_CACHE_DIRS);
 	s->timeout_ms = (int)t * 1000;
 	if ((rc = abs_mountpoint(mnt_arg, s->mnt, sizeof(s->mnt), em)) < 0)
 		return rc;
