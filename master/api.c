@@ -336,9 +336,12 @@ static int api_workers(mst_master *m, json_t **out)
 	return 200;
 }
 
+#define USAGE_MAX_REPLICAS 8
+
 struct usage {
 	mst_master *m;
 	uint64_t files, bytes, cached;
+	uint64_t by_copies[USAGE_MAX_REPLICAS + 1]; /* blocks by number of holders */
 };
 
 static int usage_file(void *arg, const char *path, const mst_inode *f)
@@ -349,9 +352,11 @@ static int usage_file(void *arg, const char *path, const mst_inode *f)
 	u->files++;
 	u->bytes += f->size;
 	for (uint64_t b = 0; b < nb; b++) {
-		uint64_t w;
+		uint64_t w[USAGE_MAX_REPLICAS];
 		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, b);
-		if (mst_workers_locate(u->m->workers, id, &w, 1)) {
+		size_t nh = mst_workers_locate(u->m->workers, id, w, USAGE_MAX_REPLICAS);
+		u->by_copies[nh]++;
+		if (nh) {
 			uint64_t end = (b + 1) * bs;
 			u->cached += (end > f->size ? f->size : end) - b * bs;
 		}
@@ -359,8 +364,9 @@ static int usage_file(void *arg, const char *path, const mst_inode *f)
 	return 0;
 }
 
-/* Per mount: bytes known to the namespace (listed so far) and bytes with at
- * least one cached copy. O(files listed): a walk of LMDB, no store access. */
+/* Per mount: bytes known to the namespace (listed so far), bytes with at
+ * least one cached copy, and blocks_by_copies[k] = blocks held by k workers
+ * (the last entry: USAGE_MAX_REPLICAS or more). O(files listed): a walk of LMDB, no store access. */
 static json_t *mounts_usage(mst_master *m)
 {
 	json_t *ms = mst_mounts_json(m), *out = json_array();
@@ -374,13 +380,14 @@ static json_t *mounts_usage(mst_master *m)
 		if (!path)
 			continue;
 		mst_walk(m, path, false, usage_file, NULL, &u, &em);
+		json_t *bc = json_array();
+		for (size_t k = 0; k <= USAGE_MAX_REPLICAS; k++)
+			json_array_append_new(bc, json_integer((json_int_t)u.by_copies[k]));
 		json_array_append_new(
-		    out, json_pack("{s:s, s:I, s:I, s:I, s:I}", "path", path, "id",
-		                   json_object_get(mt, "id")
-		                       ? json_integer_value(json_object_get(mt, "id"))
-		                       : 0,
-		                   "files", (json_int_t)u.files, "total_bytes", (json_int_t)u.bytes,
-		                   "cached_bytes", (json_int_t)u.cached));
+		    out, json_pack("{s:s, s:I, s:I, s:I, s:I, s:o}", "path", path, "id",
+		                   json_integer_value(json_object_get(mt, "id")), "files",
+		                   (json_int_t)u.files, "total_bytes", (json_int_t)u.bytes,
+		                   "cached_bytes", (json_int_t)u.cached, "blocks_by_copies", bc));
 	}
 	json_decref(ms);
 	return out;

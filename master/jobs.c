@@ -1303,3 +1303,22 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 	json_decref(all);
 	return 0;
 }
+
+static bool path_within(const char *dir, const char *p)
+{
+	size_t dl = strlen(dir);
+	if (dl == 1)
+		return true; /* "/" */
+	return !strncmp(p, dir, dl) && (p[dl] == 0 || p[dl] == '/');
+}
+
+bool mst_jobs_loading(mst_master *m, const char *path)
+{
+	bool r = false;
+	pthread_mutex_lock(&m->jobs->lock);
+	for (struct job *j = m->jobs->list; j && !r; j = j->next)
+		r = j->state == JOB_RUNNING && !strcmp(j->type, "load") &&
+		    (path_within(path, j->path) || path_within(j->path, path));
+	pthread_mutex_unlock(&m->jobs->lock);
+	return r;
+}

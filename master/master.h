@@ -270,6 +270,9 @@ json_t *mst_jobs_json(mst_master *m);
 int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em);
 /* Run a job to its end on the calling thread (tests without background). */
 int mst_job_run(mst_master *m, uint64_t id);
+/* Whether a load job runs on path, below it or above it (the replication
+ * manager leaves such paths to the load). */
+bool mst_jobs_loading(mst_master *m, const char *path);
 /* TTL: free what loads left behind once their path's TTL has passed. */
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started);
 

@@ -338,6 +338,8 @@ int mst_repl_scan(mst_master *m, uint64_t *copied, uint64_t *trimmed)
 	for (size_t i = 0; !err && i < np && s.nlive; i++) {
 		cis_errmsg em = {{0}};
 		s.root = paths[i];
+		if (mst_jobs_loading(m, paths[i]))
+			continue; /* the load places the copies; look again after it */
 		int e = mst_walk(m, paths[i], false, scan_file, NULL, &s, &em);
 		if (e && e != -ENOENT)
 			cis_warn("replication scan failed", "path=%s: %s", paths[i],
