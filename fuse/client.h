@@ -11,7 +11,9 @@
 #include "cistern/rpc.h"
 
 #define FCL_DEFAULT_BLOCK (64u << 20)
-#define FCL_MAX_TRIES     8 /* workers tried per block before the store */
+#define FCL_MAX_TRIES     8  /* workers tried per block before the store */
+#define FCL_DOWN_MAX      32 /* workers remembered as failing */
+#define FCL_DOWN_MS       10000
 
 enum fcl_mop { FCL_MOP_LOOKUP, FCL_MOP_GETATTR, FCL_MOP_READDIR, FCL_MOP_OPEN, FCL_MOP_N };
 
@@ -89,9 +91,15 @@ typedef struct fcl {
 	fcl_remote *remote;
 	fcl_stats stats;
 
-	pthread_mutex_t lock; /* guards mounts, workers */
+	pthread_mutex_t lock; /* guards mounts, workers, down */
 	fcl_mount *mounts;
 	fcl_wlist *workers;
+	/* Workers that just failed a read, skipped until the time given, so a
+	 * hung worker costs one timeout, not one per block. */
+	struct {
+		uint64_t id;
+		uint64_t until_ms;
+	} down[FCL_DOWN_MAX];
 
 	pthread_mutex_t bg_lock;
 	pthread_cond_t bg_cond;

@@ -96,6 +96,37 @@ out_fail:
 	return rc == -CIS_E_CHANGED ? -ESTALE : -EIO;
 }
 
+/* Whether w failed a read in the last FCL_DOWN_MS. */
+static bool worker_down(fcl *c, uint64_t id)
+{
+	uint64_t now = cis_mono_ms();
+	bool down = false;
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < FCL_DOWN_MAX; i++)
+		if (c->down[i].id == id && c->down[i].until_ms > now)
+			down = true;
+	pthread_mutex_unlock(&c->lock);
+	return down;
+}
+
+static void mark_down(fcl *c, uint64_t id)
+{
+	uint64_t now = cis_mono_ms();
+	pthread_mutex_lock(&c->lock);
+	int slot = 0;
+	for (int i = 0; i < FCL_DOWN_MAX; i++) {
+		if (c->down[i].id == id) {
+			slot = i;
+			break;
+		}
+		if (c->down[i].until_ms < c->down[slot].until_ms)
+			slot = i; /* the oldest mark makes room */
+	}
+	c->down[slot].id = id;
+	c->down[slot].until_ms = now + FCL_DOWN_MS;
+	pthread_mutex_unlock(&c->lock);
+}
+
 static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t boff, size_t len,
                       fcl_seg *seg, cis_errmsg *em)
 {
@@ -110,6 +141,8 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		const fcl_worker *w = &wl->w[order[i]];
 		cis_errmsg wem = {{0}};
 		int rc;
+		if (worker_down(c, w->id))
+			continue;
 		if (w->local) {
 			int fd;
 			uint64_t blen, waited;
@@ -146,6 +179,12 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 			free(buf);
 		}
 		cis_counter_inc(c->stats.failovers);
+		/* A worker that answered "no" (the block is bad, the request
+		 * malformed) is still alive; one that did not answer is skipped
+		 * for a while. */
+		if (rc == -ETIMEDOUT || rc == -CIS_E_CLOSED || rc == -ECONNREFUSED ||
+		    rc == -ECONNRESET || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -EPIPE)
+			mark_down(c, w->id);
 		char cause[64];
 		snprintf(cause, sizeof(cause), "worker-read:%llu", (unsigned long long)w->id);
 		cis_log_limited(CIS_LOG_WARN, cause, 10, "worker read failed, trying the next",
