@@ -754,7 +754,9 @@ static int run_load(struct job *j, cis_errmsg *em)
 	if (!err)
 		j->listing_done = true;
 	flush_pending(j);
-	while (j->fhead || j->qhead)
+	/* at shutdown nothing is committed any more (commit_head): stop once the
+	 * queue is drained, the files still listed are freed with the job */
+	while ((j->fhead && !j->shutdown) || j->qhead)
 		job_wait(j, 500);
 	j->closed = true;
 	pthread_cond_broadcast(&j->cond);

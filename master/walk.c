@@ -154,6 +154,10 @@ int mst_walk(mst_master *m, const char *path, bool list, mst_walk_fn fn, mst_wal
 		}
 		if (err == -ENOENT)
 			cis_fail(em, err, "%s: no such file or directory (not listed yet)", path);
+	} else if (err && !strstr(em->text, path)) {
+		char was[sizeof(em->text)];
+		snprintf(was, sizeof(was), "%s", cis_errmsg_or(em, err));
+		cis_fail(em, err, "%s: %s", path, was);
 	}
 	if (err)
 		goto out_root;

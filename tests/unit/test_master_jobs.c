@@ -1,0 +1,359 @@
+/* The master's jobs, policies and walk, driven directly (no background
+ * threads: each job runs on the test's thread with mst_job_run) against a
+ * file:// store. Workers are registered by hand where a test needs one;
+ * their addresses lead nowhere, which is the failure path under test. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cistern/proto/master.pb-c.h"
+#include "cistern/time.h"
+#include "master.h"
+
+static char tmp[256], store[300], data[300];
+static cis_metrics *metrics;
+static mst_master *m;
+
+static void put_file(const char *dir, const char *name, const char *content)
+{
+	char p[1024];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	cr_assert(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+static void open_master(void)
+{
+	cis_errmsg em = {{0}};
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 200,
+	                   .metrics = metrics,
+	                   .no_background = true};
+	int rc = mst_open(&o, &m, &em);
+	cr_assert_eq(rc, 0, "mst_open: %s", em.text);
+}
+
+static void setup(void)
+{
+	snprintf(tmp, sizeof(tmp), "/tmp/cis-jobs-XXXXXX");
+	cr_assert(mkdtemp(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	snprintf(data, sizeof(data), "%s/data", tmp);
+	mkdir(store, 0755);
+	char sub[400];
+	snprintf(sub, sizeof(sub), "%s/sub", store);
+	mkdir(sub, 0755);
+	put_file(store, "a.txt", "hello");
+	put_file(store, "b.txt", "world!");
+	put_file(sub, "c.bin", "xyz");
+	metrics = cis_metrics_new();
+	open_master();
+	char uri[400];
+	cis_errmsg em = {{0}};
+	snprintf(uri, sizeof(uri), "file://%s", store);
+	mst_mount_req r = {.path = "/m", .uri = uri, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), 0, "%s", em.text);
+}
+
+static void teardown(void)
+{
+	mst_close(m);
+	cis_metrics_free(metrics);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(jobs, .init = setup, .fini = teardown, .timeout = 60);
+
+/* A worker at an address where nothing listens. */
+static uint64_t fake_worker(uint64_t capacity)
+{
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	wi.host = "127.0.0.1";
+	wi.rpc_port = 1; /* nothing listens on port 1 */
+	wi.unix_socket = "";
+	wi.hostname = "nowhere";
+	wi.capacity = capacity;
+	rq.worker = &wi;
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
+	uint64_t id = ((Cis__RegisterWorkerReply *)rep)->worker_id;
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return id;
+}
+
+static json_int_t count(json_t *job, const char *k)
+{
+	return json_integer_value(json_object_get(json_object_get(job, "counts"), k));
+}
+
+static const char *str(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "";
+}
+
+Test(jobs, path_order_is_the_walk_order)
+{
+	cr_assert_eq(mst_path_order("/a/b", "/a/b"), 0);
+	cr_assert_lt(mst_path_order("/a/b", "/a/c"), 0);
+	cr_assert_lt(mst_path_order("/a/b/c", "/a/b c"), 0, "a directory's files come before b c");
+	cr_assert_lt(mst_path_order("/a/b", "/a/b/c"), 0);
+	cr_assert_gt(mst_path_order("/a/\xc3\xa9", "/a/z"), 0, "bytes compare unsigned");
+}
+
+struct seen {
+	char paths[8][64];
+	size_t n;
+};
+
+static int collect(void *arg, const char *path, const mst_inode *f)
+{
+	struct seen *s = arg;
+	cr_assert_eq(f->type, MST_FILE);
+	cr_assert_lt(s->n, 8);
+	snprintf(s->paths[s->n++], 64, "%s", path);
+	return 0;
+}
+
+Test(jobs, walk_lists_and_visits_in_order)
+{
+	struct seen s = {0}, s2 = {0};
+	cis_errmsg em = {{0}};
+	/* nothing listed yet: the LMDB-only walk does not reach the store */
+	cr_assert_eq(mst_walk(m, "/m", false, collect, NULL, &s, &em), 0, "%s", em.text);
+	cr_assert_eq(s.n, 0);
+	cr_assert_eq(mst_walk(m, "/m", true, collect, NULL, &s, &em), 0, "%s", em.text);
+	cr_assert_eq(s.n, 3);
+	cr_assert_str_eq(s.paths[0], "/m/a.txt");
+	cr_assert_str_eq(s.paths[1], "/m/b.txt");
+	cr_assert_str_eq(s.paths[2], "/m/sub/c.bin");
+	cr_assert_eq(mst_walk(m, "/m", false, collect, NULL, &s2, &em), 0);
+	cr_assert_eq(s2.n, 3, "once listed, LMDB holds the tree");
+	cr_assert_neq(mst_walk(m, "/m/missing", true, collect, NULL, &s2, &em), 0);
+	cr_assert(strstr(em.text, "missing"), "error names the path: %s", em.text);
+}
+
+Test(jobs, policies_inherit_and_recursive_setrep_clears_below)
+{
+	cis_errmsg em = {{0}};
+	mst_policy p;
+	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, 60, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/sub", 3, 1, 0, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_resolve(m, "/m/a.txt", &p), 0);
+	cr_assert_eq(p.replicas, 2);
+	cr_assert_eq(p.replicas_from, 2);
+	cr_assert_eq(p.pin, -1);
+	cr_assert_eq(p.ttl_s, 60);
+	cr_assert_eq(mst_policy_resolve(m, "/m/sub/c.bin", &p), 0);
+	cr_assert_eq(p.replicas, 3, "the nearest ancestor wins");
+	cr_assert_eq(p.pin, 1);
+	cr_assert_eq(p.ttl_s, 0, "ttl off below overrides the ttl above");
+	cr_assert_eq(mst_policy_update(m, "/m", 1, -1, -2, true, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_resolve(m, "/m/sub/c.bin", &p), 0);
+	cr_assert_eq(p.replicas, 1, "-R dropped the target below");
+	cr_assert_eq(p.pin, 1, "-R leaves other fields");
+	cr_assert_eq(mst_policy_resolve(m, "/other", &p), 0);
+	cr_assert_eq(p.replicas, 0);
+	cr_assert_eq(mst_policy_update(m, "/m", 65, -1, -2, false, &em), -EINVAL);
+	cr_assert_neq(mst_policy_update(m, "/m/../x", 2, -1, -2, false, &em), 0);
+	char **paths;
+	size_t n;
+	cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_str_eq(paths[0], "/m");
+	mst_strv_free(paths, n);
+}
+
+Test(jobs, load_without_workers_fails_each_file_once_and_persists)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .replicas = 2};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files"), 3);
+	cr_assert_eq(count(j, "files_failed"), 3);
+	cr_assert_eq(count(j, "blocks"), 3);
+	cr_assert_eq(count(j, "bytes"), 14);
+	cr_assert_eq(count(j, "tasks_loaded"), 0);
+	json_t *f0 = json_array_get(json_object_get(j, "failures"), 0);
+	cr_assert_str_eq(str(f0, "path"), "/m/a.txt");
+	cr_assert(strstr(str(f0, "error"), "no live worker"), "%s", str(f0, "error"));
+	json_decref(j);
+	/* the load set the replication target */
+	mst_policy p;
+	mst_policy_resolve(m, "/m/sub", &p);
+	cr_assert_eq(p.replicas, 2);
+	/* the record survives a restart */
+	mst_close(m);
+	open_master();
+	j = mst_job_json(m, id, 10);
+	cr_assert(j);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 3);
+	json_decref(j);
+	json_t *all = mst_jobs_json(m);
+	cr_assert_eq(json_array_size(all), 1);
+	json_decref(all);
+}
+
+Test(jobs, unreachable_worker_fails_files_with_its_error)
+{
+	cis_errmsg em = {{0}};
+	fake_worker(1 << 30);
+	mst_job_req r = {.type = "load", .path = "/m/sub"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_eq(count(j, "files"), 1);
+	cr_assert_eq(count(j, "files_failed"), 1);
+	cr_assert_eq(count(j, "tasks_failed"), 1);
+	json_t *f0 = json_array_get(json_object_get(j, "failures"), 0);
+	cr_assert_str_eq(str(f0, "path"), "/m/sub/c.bin");
+	cr_assert(strstr(str(f0, "error"), "127.0.0.1"), "the worker's error: %s",
+	          str(f0, "error"));
+	json_decref(j);
+}
+
+Test(jobs, metadata_only_lists_without_tasks)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_eq(count(j, "files"), 3);
+	cr_assert_eq(count(j, "files_failed"), 0);
+	cr_assert_eq(count(j, "tasks_failed"), 0);
+	json_decref(j);
+}
+
+Test(jobs, a_running_job_resumes_after_restart)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_str_eq(str(j, "state"), "running");
+	json_decref(j);
+	/* "crash" before it ran: the record says running */
+	mst_close(m);
+	open_master();
+	cr_assert_eq(mst_jobs_resume(m), 0);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files"), 3, "each file counted once");
+	json_decref(j);
+	cr_assert_eq(mst_job_cancel(m, id, &em), -EINVAL, "a finished job cannot be cancelled");
+	cr_assert_eq(mst_job_cancel(m, 999, &em), -ENOENT);
+}
+
+Test(jobs, pin_larger_than_the_cache_is_refused)
+{
+	cis_errmsg em = {{0}};
+	uint64_t id;
+	mst_job_req r = {.type = "pin", .path = "/m"};
+	fake_worker(4); /* 4 bytes of cache; /m holds 14 */
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), -ENOSPC);
+	cr_assert(strstr(em.text, "pin /m") && strstr(em.text, "more than the cache"), "%s",
+	          em.text);
+	mst_job_req r2 = {.type = "pin", .path = "/m/sub/c.bin"}; /* 3 bytes fit */
+	cr_assert_eq(mst_job_submit(m, &r2, &id, &em), 0, "%s", em.text);
+	mst_job_req bad = {.type = "bogus", .path = "/m"};
+	cr_assert_eq(mst_job_submit(m, &bad, &id, &em), -EINVAL);
+}
+
+static int api(const char *method, const char *path, const char *query_id, const char *body,
+               json_t **out)
+{
+	cis_kvlist q = CIS_KVLIST_INIT;
+	json_t *b = body ? json_loads(body, 0, NULL) : NULL;
+	if (query_id)
+		cis_kvlist_set(&q, "id", query_id);
+	int st = mst_api_handle(m, method, path, &q, b, out);
+	json_decref(b);
+	cis_kvlist_free(&q);
+	return st;
+}
+
+Test(jobs, api_checks_input)
+{
+	json_t *o;
+#define EXPECT(st, ...)                                                                            \
+	do {                                                                                       \
+		int got = api(__VA_ARGS__, &o);                                                    \
+		cr_assert_eq(got, st, "%s -> %d", #__VA_ARGS__, got);                              \
+		json_decref(o);                                                                    \
+	} while (0)
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{}");
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"type\": \"bogus\"}");
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replicas\": 0}");
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replicas\": 99}");
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"verify\": 3}");
+	EXPECT(404, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/nope\"}");
+	EXPECT(201, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"bandwidth\": \"200M\"}");
+	EXPECT(200, "GET", "/api/v1/jobs", NULL, NULL);
+	EXPECT(400, "GET", "/api/v1/job", "abc", NULL);
+	EXPECT(404, "GET", "/api/v1/job", "12345", NULL);
+	EXPECT(404, "POST", "/api/v1/job/cancel", NULL, "{\"id\": 12345}");
+	EXPECT(400, "POST", "/api/v1/job/cancel", NULL, "{\"id\": \"x\"}");
+	EXPECT(405, "GET", "/api/v1/policy", NULL, NULL);
+	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\"}");
+	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"ttl\": \"never\"}");
+	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"replicas\": 0}");
+	EXPECT(404, "POST", "/api/v1/policy", NULL, "{\"path\": \"/nope\", \"replicas\": 2}");
+	cr_assert_eq(api("POST", "/api/v1/policy", NULL,
+	                 "{\"path\": \"/m\", \"replicas\": 2, \"ttl\": 30}", &o),
+	             200);
+	json_t *p = json_object_get(o, "policy");
+	cr_assert_eq(json_integer_value(json_object_get(p, "replicas")), 2);
+	cr_assert_eq(json_integer_value(json_object_get(p, "ttl")), 30);
+	json_decref(o);
+	cr_assert_eq(api("GET", "/api/v1/policies", NULL, NULL, &o), 200);
+	cr_assert_eq(json_array_size(json_object_get(o, "policies")), 1);
+	json_decref(o);
+	cr_assert_eq(api("GET", "/api/v1/report", NULL, NULL, &o), 200);
+	json_t *mu = json_array_get(json_object_get(o, "mount_usage"), 0);
+	cr_assert_str_eq(str(mu, "path"), "/m");
+	cr_assert_eq(json_integer_value(json_object_get(mu, "cached_bytes")), 0);
+	json_decref(o);
+}
+
+Test(jobs, ttl_frees_after_the_load)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t id, started;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 3600000000000LL, &started), 0);
+	cr_assert_eq(started, 0, "no ttl, nothing expires");
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns(), &started), 0);
+	cr_assert_eq(started, 0, "not yet");
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1, "a free job for the load's path");
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 0, "only once");
+	json_t *all = mst_jobs_json(m);
+	json_t *last = json_array_get(all, json_array_size(all) - 1);
+	cr_assert_str_eq(str(last, "type"), "free");
+	cr_assert_str_eq(str(last, "path"), "/m");
+	json_decref(all);
+}
