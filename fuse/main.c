@@ -886,13 +886,15 @@ int main(int argc, char **argv)
 	fuse_loop_cfg_destroy(lc);
 	cis_info("unmounting", "mountpoint=\"%s\"", o.mountpoint);
 
+	/* Unmount first: it aborts requests nobody will answer now (the
+	 * background thread's stat of the mount point may be one). */
+	fuse_session_unmount(se);
 	pthread_mutex_lock(&c.bg_lock);
 	c.bg_stop = true;
 	pthread_cond_signal(&c.bg_cond);
 	pthread_mutex_unlock(&c.bg_lock);
 	if (c.bg_started)
 		pthread_join(c.bg, NULL);
-	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
