@@ -136,6 +136,19 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 	return 1;
 }
 
+/* Options for mount(8), systemd and fstab readers that mean nothing to
+ * FUSE. mount.fuse3 drops some of them itself; drop all, so an fstab line
+ * never fails on them whichever helper runs us. */
+static bool is_mount_only(const char *item)
+{
+	static const char *const plain[] = {"defaults", "_netdev", "nofail", "auto",  "noauto",
+	                                    "user",     "users",   "nouser", "owner", "group"};
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+		if (strcmp(item, plain[i]) == 0)
+			return true;
+	return strncmp(item, "x-", 2) == 0 || strncmp(item, "comment=", 8) == 0;
+}
+
 /* Split an -o list: our keys are applied, the rest appended to fuse. */
 static int take_o_list(fcl_opts *o, const char *list, cis_buf *fuse, cis_errmsg *em)
 {
@@ -162,7 +175,7 @@ static int take_o_list(fcl_opts *o, const char *list, cis_buf *fuse, cis_errmsg 
 		}
 		/* Not ours: libfuse's, or what mount(8) adds that means nothing
 		 * to FUSE (mount.fuse3 already drops _netdev, nofail, auto...). */
-		if (strcmp(item, "defaults") == 0)
+		if (is_mount_only(item))
 			continue;
 		rc = cis_buf_printf(fuse, "%s%s", fuse->len ? "," : "", item);
 		if (rc)

@@ -181,7 +181,7 @@ if command -v mount.fuse3 >/dev/null && command -v mount >/dev/null; then
 	cmp -s "$SRC/$first" "$MNT3/$first" || fail "mount -t fuse: $first differs"
 	unmount_fuse "$MNT3"
 	PATH="$CIS_BUILD/fuse:$PATH" mount.fuse3 cistern "$MNT3" -t fuse.cistern-fuse \
-		-o "master=127.0.0.1:$MRPC,root=/tree,http_port=0,log_file=$CIS_TMP/fstab.log" ||
+		-o "master=127.0.0.1:$MRPC,root=/tree,http_port=0,log_file=$CIS_TMP/fstab.log,_netdev,nofail,x-systemd.after=network-online.target" ||
 		fail "mount -t fuse.cistern-fuse: $(cat "$CIS_TMP/fstab.log" 2>/dev/null)"
 	wait_for 20 is_mounted "$MNT3"
 	cmp -s "$SRC/$first" "$MNT3/$first" || fail "mount -t fuse.cistern-fuse: $first differs"
