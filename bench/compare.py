@@ -381,6 +381,10 @@ def main():
                         pre = sysobj.start_preload() if getattr(sysobj, "preload", False) \
                             else None
                         out = run_workload(wl, target)
+                        if pre is not None and pre.poll() not in (None, 0):
+                            # The load failed: this is not a "with load" run.
+                            err = pre.stderr.read().decode(errors="replace").strip()
+                            raise RuntimeError(f"cistern load: {err[-300:]}")
                         out["setup_seconds"] = ready_s
                         if name == "copyfirst":
                             charge_setup(kind, out, ready_s)
