@@ -336,8 +336,8 @@ Test(fuse_opts, mount_helper_form)
 	fcl_opts_free(&o);
 
 	const char *argv2[] = {"cistern-fuse", "cistern", "/mnt/data",
-	                       "-omaster=h:1,defaults,no_short_circuit,log_file=/var/log/c.log,"
-	                       "_netdev,nofail,x-systemd.requires=w.service,comment=x"};
+	                       ("-omaster=h:1,defaults,no_short_circuit,log_file=/var/log/c.log,"
+	                        "_netdev,nofail,x-systemd.requires=w.service,comment=x")};
 	cr_assert_eq(parse(&o, &em, 4, argv2), 0, "%s", em.text);
 	cr_assert_str_eq(o.master, "h:1");
 	cr_assert_null(o.fuse_opts);
