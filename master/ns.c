@@ -162,7 +162,7 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 		cis_ufs_page_free(&pg);
 	} while (!err && token);
 	free(token);
-	if (!err)
+	if (!err && l->n > 1)
 		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
 	return err;
 }

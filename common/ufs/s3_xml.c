@@ -75,6 +75,7 @@ int cis_s3_parse_iso8601(const char *s, int64_t *ns)
 	struct tm tm = {0};
 	int y, mo, d, h, mi, sec, used = 0;
 	int64_t frac = 0;
+	time_t secs;
 
 	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6)
 		return -CIS_E_PARSE;
@@ -101,7 +102,11 @@ int cis_s3_parse_iso8601(const char *s, int64_t *ns)
 	tm.tm_hour = h;
 	tm.tm_min = mi;
 	tm.tm_sec = sec;
-	*ns = (int64_t)timegm(&tm) * 1000000000 + frac;
+	secs = timegm(&tm);
+	/* Keep the nanosecond count inside int64 (years 1678..2262). */
+	if (secs == (time_t)-1 || secs < -9223372036LL || secs > 9223372035LL)
+		return -CIS_E_PARSE;
+	*ns = (int64_t)secs * 1000000000 + frac;
 	return 0;
 }
 
