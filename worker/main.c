@@ -25,8 +25,7 @@
 static const cis_opt worker_opts[] = {
     {"master", "HOST:PORT", NULL, "master RPC address (without it: standalone, --mount only)",
      false, 'm'},
-    {"cache-dir", "PATH:SIZE", NULL, "cache directory and its capacity (K/M/G/T); repeatable", true,
-     'd'},
+    {"cache-dir", "PATH:SIZE", NULL, "cache directory and its capacity (K/M/G/T)", true, 'd'},
     {"state-dir", "DIR", NULL, "block index and worker id (default: <first cache dir>/.state)",
      false, 0},
     {"bind", "ADDR", "0.0.0.0", "address the RPC and HTTP ports listen on", false, 0},
@@ -42,8 +41,7 @@ static const cis_opt worker_opts[] = {
     {"low-watermark", "FRACTION", "0.85", "evict down to this", false, 0},
     {"scrub-interval", "DURATION", "6h", "pause between scrub passes over all blocks", false, 0},
     {"scrub-pause", "DURATION", "50ms", "pause between two blocks of a scrub pass", false, 0},
-    {"mount", "ID=URI", NULL, "a mount known without the master (tests, standalone); repeatable",
-     true, 0},
+    {"mount", "ID=URI", NULL, "a mount known without the master (tests, standalone)", true, 0},
     {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
     CIS_OPT_END,
 };
@@ -222,7 +220,7 @@ int main(int argc, char **argv)
 	rc = cis_config_load(&cfg, worker_opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
 		cis_config_usage(worker_opts, stdout,
-		                 "cistern-worker --cache-dir PATH:SIZE [options]");
+		                 "cistern-worker [--config FILE] --cache-dir PATH:SIZE [options]");
 		return 0;
 	}
 	if (rc < 0)
