@@ -8,51 +8,17 @@
 #include <string.h>
 
 #include "cistern/config.h"
+#include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/proto/common.pb-c.h"
 #include "master.h"
 
 const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", "id", NULL};
 
-static int status_of(int code)
-{
-	switch (code) {
-	case -ENOENT:
-	case -CIS_E_NOBUCKET:
-		return 404;
-	case -EINVAL:
-	case -ENAMETOOLONG:
-	case -ENOTDIR:
-	case -EISDIR:
-	case -CIS_E_URI:
-	case -CIS_E_PARSE:
-	case -CIS_E_CONFIG:
-	case -CIS_E_TOOBIG:
-		return 400;
-	case -ENOSPC:
-		return 507;
-	case -EEXIST:
-	case -EBUSY:
-	case -ESTALE:
-		return 409;
-	case -CIS_E_DENIED:
-	case -EACCES:
-	case -EPERM:
-		return 403;
-	case -CIS_E_STORE:
-	case -EIO:
-	case -ETIMEDOUT:
-	case -ECONNREFUSED:
-		return 502;
-	default:
-		return 500;
-	}
-}
-
 static int fail(json_t **out, int code, const cis_errmsg *em)
 {
 	*out = json_pack("{s:s, s:i}", "error", cis_errmsg_or(em, code), "code", code);
-	return status_of(code);
+	return cis_http_status_of(code);
 }
 
 static int fail_msg(json_t **out, int status, const char *msg)

@@ -169,7 +169,7 @@ void cis_http_reply_error(cis_http_req *r, int status, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int status_for_code(int code)
+int cis_http_status_of(int code)
 {
 	switch (code) {
 	case -ENOENT:
@@ -177,12 +177,15 @@ static int status_for_code(int code)
 		return 404;
 	case -EINVAL:
 	case -ENAMETOOLONG:
+	case -ENOTDIR:
+	case -EISDIR:
 	case -CIS_E_PARSE:
 	case -CIS_E_URI:
 	case -CIS_E_CONFIG:
 		return 400;
 	case -EEXIST:
 	case -EBUSY:
+	case -ESTALE:
 		return 409;
 	case -CIS_E_DENIED:
 	case -EACCES:
@@ -191,6 +194,7 @@ static int status_for_code(int code)
 	case -CIS_E_STORE:
 	case -CIS_E_CLOSED:
 	case -ECONNREFUSED:
+	case -EIO:
 		return 502;
 	case -ETIMEDOUT:
 		return 504;
@@ -206,7 +210,7 @@ static int status_for_code(int code)
 
 void cis_http_reply_code(cis_http_req *r, int code, const char *msg)
 {
-	cis_http_reply_error(r, status_for_code(code), "%s",
+	cis_http_reply_error(r, cis_http_status_of(code), "%s",
 	                     msg && *msg ? msg : cis_strerror(code));
 }
 

@@ -306,3 +306,17 @@ Test(http, free_without_start_and_right_after_start)
 	cr_assert_eq(cis_http_server_start(s2), 0);
 	cis_http_server_free(s2);
 }
+
+Test(http, status_of_codes)
+{
+	cr_assert_eq(cis_http_status_of(-ENOENT), 404);
+	cr_assert_eq(cis_http_status_of(-CIS_E_NOBUCKET), 404);
+	cr_assert_eq(cis_http_status_of(-ENOTDIR), 400);
+	cr_assert_eq(cis_http_status_of(-CIS_E_URI), 400);
+	cr_assert_eq(cis_http_status_of(-ESTALE), 409);
+	cr_assert_eq(cis_http_status_of(-CIS_E_DENIED), 403);
+	cr_assert_eq(cis_http_status_of(-EIO), 502);
+	cr_assert_eq(cis_http_status_of(-ETIMEDOUT), 504);
+	cr_assert_eq(cis_http_status_of(-ENOSPC), 507);
+	cr_assert_eq(cis_http_status_of(-CIS_E_INTERNAL), 500);
+}

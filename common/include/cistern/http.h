@@ -63,9 +63,13 @@ void cis_http_reply_text(cis_http_req *r, int status, const char *content_type, 
 /* {"error": "<formatted>"} with status. */
 void cis_http_reply_error(cis_http_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Maps a Cistern code to an HTTP status (-ENOENT 404, -EINVAL 400,
- * -EEXIST 409, -CIS_E_DENIED 403, store failures 502, ...) and replies
- * with the message. */
+/* The HTTP status for a Cistern code: -ENOENT 404; -EINVAL, -ENAMETOOLONG,
+ * -ENOTDIR, -EISDIR and malformed input 400; -EEXIST, -EBUSY, -ESTALE 409;
+ * refused credentials or permissions 403; store and connection failures
+ * 502; -ETIMEDOUT 504; -ENOSPC 507; -CIS_E_TOOBIG 413; -ENOTSUP 501;
+ * anything else 500. */
+int cis_http_status_of(int code);
+/* Replies {"error": msg} (or the code's name) with cis_http_status_of(code). */
 void cis_http_reply_code(cis_http_req *r, int code, const char *msg);
 
 /* ---- client (libcurl), for the CLI and tests ---- */
