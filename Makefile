@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 UFS        ?=
 
-.PHONY: all deps build build-asan test test-unit test-asan run bench format format-check clean
+.PHONY: all deps build build-asan test test-unit run bench format format-check clean
 
 all: build
 

@@ -109,7 +109,8 @@ void cis_log(enum cis_log_level level, const char *msg, const char *fields_fmt, 
 }
 
 /* A small fixed table of causes, keyed by hash; a collision only merges two
- * causes' rate limits, which is harmless. */
+ * causes' rate limits, which is harmless. Global by design: one rate
+ * limiter per process, guarded by limit_lock. */
 #define LIMIT_SLOTS 256
 static struct limit_slot {
 	uint64_t key;

@@ -832,7 +832,12 @@ static int listen_unix(const char *path, int *out, cis_errmsg *em)
 		close(fd);
 		return cis_fail(em, r, "bind unix socket %s: %s", path, strerror(-r));
 	}
-	chmod(path, 0666);
+	/* Any local user's client may connect; requests are checked per peer uid. */
+	if (chmod(path, 0666) < 0) {
+		r = -errno;
+		close(fd);
+		return cis_fail(em, r, "chmod unix socket %s: %s", path, strerror(-r));
+	}
 	*out = fd;
 	return 0;
 }
