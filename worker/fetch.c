@@ -770,6 +770,10 @@ static int direct_sink(void *arg, const void *data, size_t len)
 	direct_ctx *d = arg;
 	const char *p = data;
 
+	/* The store must not send more than asked: it would overrun the
+	 * reply (and, with a full buffer at the end, spin here forever). */
+	if (len > d->j->end - (d->pos + d->n))
+		return -CIS_E_STORE;
 	while (len) {
 		size_t room = (1u << 20) - d->n, k = len < room ? len : room;
 		int rc;

@@ -100,6 +100,14 @@ struct req {
 	size_t up_pos;
 	bool too_big;
 	bool window_done;
+	/* A 206's Content-Range "bytes START-END/TOTAL"; bad_range: it was
+	 * missing or not the window asked for; overrun: the body ran past
+	 * END. Either way no byte outside the window reaches the sink. */
+	bool have_cr;
+	uint64_t cr_start, cr_end;
+	char cr_text[64];
+	bool bad_range;
+	bool overrun;
 
 	/* Over all attempts. */
 	uint64_t delivered;
@@ -259,6 +267,26 @@ static void pool_put(struct s3 *s, CURL *h)
 		curl_easy_cleanup(h);
 }
 
+/* "bytes START-END/TOTAL" (TOTAL may be "*") with START <= END. */
+static bool parse_content_range(const char *v, uint64_t *start, uint64_t *end)
+{
+	char *e;
+
+	if (strncasecmp(v, "bytes ", 6))
+		return false;
+	v += 6;
+	if (!isdigit((unsigned char)*v))
+		return false;
+	errno = 0;
+	*start = strtoull(v, &e, 10);
+	if (errno || *e != '-' || !isdigit((unsigned char)e[1]))
+		return false;
+	*end = strtoull(e + 1, &e, 10);
+	if (errno || *e != '/' || *end < *start)
+		return false;
+	return true;
+}
+
 static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 {
 	struct req *r = arg;
@@ -277,6 +305,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		r->etag[0] = 0;
 		r->have_cl = false;
+		r->have_cr = false;
+		r->cr_text[0] = 0;
 		r->mtime_ns = 0;
 		return len;
 	}
@@ -302,6 +332,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 			r->have_cl = false;
 			return 0;
 		}
+		snprintf(r->cr_text, sizeof(r->cr_text), "%s", v);
+		r->have_cr = parse_content_range(v, &r->cr_start, &r->cr_end);
 	} else if (!strcasecmp(line, "content-length")) {
 		char *end;
 		errno = 0;
@@ -326,7 +358,23 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 			return 0;
 		}
 		size_t dl = len;
-		if (r->ranged && r->status == 200) {
+		if (r->ranged && r->status == 206) {
+			/* Bytes [START, END] of the object, by Content-Range: it
+			 * must start at the window and end inside it; the body
+			 * must not run past it. */
+			uint64_t want;
+
+			if (!r->have_cr || r->cr_start != r->win_off ||
+			    r->cr_end - r->cr_start >= r->win_len) {
+				r->bad_range = true;
+				return 0;
+			}
+			want = r->cr_end - r->cr_start + 1;
+			if (r->stream_pos + len > want) {
+				dl = r->stream_pos < want ? (size_t)(want - r->stream_pos) : 0;
+				r->overrun = true;
+			}
+		} else if (r->ranged && r->status == 200) {
 			/* The server sent the whole object: clip to the window. */
 			uint64_t start = r->stream_pos, end = start + len;
 			uint64_t ws = r->win_off, we = r->win_off + r->win_len;
@@ -347,6 +395,8 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 			}
 			r->delivered += dl;
 		}
+		if (r->overrun)
+			return 0; /* the reply is bad: stop it */
 		if (r->ranged && r->status == 200 && r->stream_pos >= r->win_off + r->win_len) {
 			r->window_done = true;
 			return 0; /* stop the download: the rest is not wanted */
@@ -611,6 +661,10 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 		r->too_big = false;
 		r->window_done = false;
 		r->changed = false;
+		r->have_cr = false;
+		r->cr_text[0] = 0;
+		r->bad_range = false;
+		r->overrun = false;
 		rc = attempt_once(s, r, &cc);
 		if (rc)
 			return cis_fail(em, rc, "%s: cannot build request: %s", what,
@@ -618,6 +672,15 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 		if (r->sink_rc)
 			return cis_fail(em, r->sink_rc, "%s: read aborted by its consumer: %s",
 			                what, cis_strerror(r->sink_rc));
+		if (r->bad_range)
+			return cis_fail(em, -CIS_E_STORE,
+			                "%s: 206 reply with content-range \"%s\", asked for bytes "
+			                "%" PRIu64 "-%" PRIu64,
+			                what, r->cr_text, r->win_off, r->win_off + r->win_len - 1);
+		if (r->overrun)
+			return cis_fail(em, -CIS_E_STORE,
+			                "%s: 206 reply body longer than its content-range \"%s\"",
+			                what, r->cr_text);
 		if (r->changed)
 			return cis_fail(em, -CIS_E_CHANGED,
 			                "%s: object changed (etag %s, wanted %s)", what, r->etag,
@@ -1255,11 +1318,14 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		cis_fail(em, 0, "%s", "");
 		goto out;
 	}
-	if (rc == 0 && r.status == 206 && r.have_cl && r.delivered != r.content_length) {
+	if (rc == 0 && r.status == 206 &&
+	    ((r.have_cl && r.delivered != r.content_length) ||
+	     (r.have_cr && r.delivered != r.cr_end - r.cr_start + 1))) {
 		char what[600];
 		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE, "%s: short read: %" PRIu64 " of %" PRIu64 " bytes",
-		              what, r.delivered, r.content_length);
+		rc = cis_fail(em, -CIS_E_STORE,
+		              "%s: short read: %" PRIu64 " of %" PRIu64 " bytes (content-range %s)",
+		              what, r.delivered, r.cr_end - r.cr_start + 1, r.cr_text);
 	}
 out:
 	if (got)

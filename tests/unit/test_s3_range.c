@@ -1,0 +1,183 @@
+/* Ranged S3 reads against a store that answers a Range GET wrongly: a 206
+ * must start where asked and end inside the window, and its body must not
+ * run past its Content-Range; otherwise the read fails and no byte outside
+ * the window reaches the consumer. The store is a one-shot HTTP server on
+ * a loopback port that sends a canned reply. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cistern/error.h"
+#include "cistern/kv.h"
+#include "cistern/ufs.h"
+
+static int lfd = -1;
+static uint16_t port;
+static char reply[4096];
+static pthread_t srv_thread;
+
+/* Answer every connection with `reply` and close it. */
+static void *serve(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		char req[8192];
+		size_t got = 0;
+		int c = accept(lfd, NULL, NULL);
+
+		if (c < 0)
+			return NULL;
+		while (got < sizeof(req) - 1) {
+			ssize_t n = read(c, req + got, sizeof(req) - 1 - got);
+
+			if (n <= 0)
+				break;
+			got += (size_t)n;
+			req[got] = 0;
+			if (strstr(req, "\r\n\r\n"))
+				break;
+		}
+		(void)!write(c, reply, strlen(reply));
+		close(c);
+	}
+}
+
+static void setup(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(lfd, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lfd, 16), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	port = ntohs(sa.sin_port);
+	cr_assert_eq(pthread_create(&srv_thread, NULL, serve, NULL), 0);
+}
+
+static void teardown(void)
+{
+	shutdown(lfd, SHUT_RDWR);
+	close(lfd);
+	pthread_join(srv_thread, NULL);
+}
+
+static void set_reply(const char *status, const char *content_range, const char *body)
+{
+	int n = snprintf(reply, sizeof(reply),
+	                 "HTTP/1.1 %s\r\nContent-Length: %zu\r\nConnection: close\r\n", status,
+	                 strlen(body));
+
+	if (content_range)
+		n += snprintf(reply + n, sizeof(reply) - (size_t)n, "Content-Range: %s\r\n",
+		              content_range);
+	snprintf(reply + n, sizeof(reply) - (size_t)n, "\r\n%s", body);
+}
+
+typedef struct sink {
+	char buf[256];
+	size_t n;
+} sink;
+
+static int sink_fn(void *arg, const void *data, size_t len)
+{
+	sink *s = arg;
+
+	cr_assert_leq(s->n + len, sizeof(s->buf));
+	memcpy(s->buf + s->n, data, len);
+	s->n += len;
+	return 0;
+}
+
+/* Read bytes [off, off+len) of s3://bkt/obj from the fake store. */
+static int s3_get(uint64_t off, uint64_t len, sink *out, cis_errmsg *em)
+{
+	cis_kvlist o = CIS_KVLIST_INIT;
+	char ep[64];
+	cis_ufs *u;
+	uint64_t got = 0;
+	int rc;
+
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", port);
+	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
+	cr_assert_eq(cis_kvlist_set(&o, "access_key", "AK"), 0);
+	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
+	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, em), 0, "%s", em->text);
+	cis_kvlist_free(&o);
+	memset(out, 0, sizeof(*out));
+	rc = cis_ufs_read(u, "obj", NULL, off, len, sink_fn, out, &got, em);
+	cr_assert_eq(got, out->n, "got counts what the sink received");
+	cis_ufs_close(u);
+	return rc;
+}
+
+TestSuite(s3_range, .init = setup, .fini = teardown);
+
+Test(s3_range, matching_206_is_delivered)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", "bytes 10-19/100", "0123456789");
+	cr_assert_eq(s3_get(10, 10, &s, &em), 0, "%s", em.text);
+	cr_assert_eq(s.n, 10);
+	cr_assert_arr_eq(s.buf, "0123456789", 10);
+	/* A shorter range than asked (the object ends) is fine. */
+	set_reply("206 Partial Content", "bytes 10-14/15", "01234");
+	cr_assert_eq(s3_get(10, 10, &s, &em), 0, "%s", em.text);
+	cr_assert_eq(s.n, 5);
+}
+
+Test(s3_range, wrong_start_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", "bytes 0-9/100", "ABCDEFGHIJ");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0, "no byte of the wrong range delivered");
+	cr_assert(strstr(em.text, "content-range \"bytes 0-9/100\""), "%s", em.text);
+	cr_assert(strstr(em.text, "asked for bytes 10-19"), "%s", em.text);
+}
+
+Test(s3_range, range_past_the_window_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", "bytes 10-29/100", "01234567890123456789");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0);
+}
+
+Test(s3_range, missing_content_range_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", NULL, "0123456789");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0);
+	set_reply("206 Partial Content", "bytes junk", "0123456789");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0);
+}
+
+Test(s3_range, body_longer_than_its_range_is_cut_and_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	/* Says 10 bytes, sends 20: only the window may reach the sink. */
+	set_reply("206 Partial Content", "bytes 10-19/100", "0123456789abcdefghij");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_leq(s.n, 10, "%zu bytes delivered for a 10-byte window", s.n);
+	cr_assert_arr_eq(s.buf, "0123456789", s.n);
+	cr_assert(strstr(em.text, "longer than its content-range"), "%s", em.text);
+}
