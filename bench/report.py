@@ -127,7 +127,7 @@ set style fill solid 0.8 border -1
 set boxwidth 0.9
 set grid ytics
 set yrange [0:*]
-set key top right
+set key above
 set xtics rotate by -20
 plot {plot}
 """
