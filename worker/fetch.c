@@ -191,6 +191,17 @@ static int send_file_range(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
 	return rc;
 }
 
+/* A send of block bytes to conn failed with rc. The reply functions send
+ * whole frames or nothing, so the stream is still well formed: while the
+ * connection is open, end it with an error (else the reader would wait for
+ * bytes that never come, time out and take this worker for dead). */
+static void end_stream_on_send_error(cis_rpc_conn *conn, const cis_frame_hdr *hdr, int rc)
+{
+	if (cis_rpc_conn_open(conn))
+		cis_rpc_reply_error(conn, hdr, rc, "worker: cannot send block bytes: %s",
+		                    cis_strerror(rc));
+}
+
 static waiter *new_stream_waiter(cis_rpc_conn *conn, const cis_frame_hdr *hdr, uint64_t off,
                                  uint64_t end)
 {
@@ -230,9 +241,13 @@ static void do_flush(wrk_fx *fx, fetch *f, bool final)
 		avail = f->filled < wt->end ? f->filled : wt->end;
 		if (avail > wt->sent &&
 		    (final || avail == wt->end || avail - wt->sent >= WRK_STREAM_MIN)) {
-			if (send_file_range(fx->w, wt->conn, &wt->hdr, f->fd, wt->sent, avail,
-			                    wt->total, false, avail == wt->end) < 0)
-				avail = wt->end; /* the connection broke: forget it */
+			int rc = send_file_range(fx->w, wt->conn, &wt->hdr, f->fd, wt->sent, avail,
+			                         wt->total, false, avail == wt->end);
+
+			if (rc < 0) {
+				end_stream_on_send_error(wt->conn, &wt->hdr, rc);
+				avail = wt->end; /* the stream is over: forget it */
+			}
 			wt->sent = avail;
 		}
 		if (wt->sent == wt->end) {
@@ -345,7 +360,7 @@ void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const
 
 again:
 	if (wrk_bs_acquire(w->bs, ref->id, true, &info) == 0) {
-		int fd;
+		int fd, rc;
 		struct stat st;
 
 		if (!info.verified) {
@@ -369,7 +384,9 @@ again:
 		fd = open(info.path, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == info.len) {
 			cis_counter_inc(w->m.hits);
-			send_file_range(w, conn, hdr, fd, off, end, end - off, true, true);
+			rc = send_file_range(w, conn, hdr, fd, off, end, end - off, true, true);
+			if (rc < 0)
+				end_stream_on_send_error(conn, hdr, rc);
 			close(fd);
 			wrk_bs_release(w->bs, info.blk);
 			return;
@@ -747,8 +764,12 @@ typedef struct direct_ctx {
 	uint64_t pos; /* block offset of buf[0] */
 	char *buf;
 	size_t n;
+	int send_err; /* a reply frame could not be sent: this error */
 } direct_ctx;
 
+/* Send what buf holds. 0; -CIS_E_CLOSED when the reader is gone; or the
+ * send's error (d->send_err) with the connection still open, for the
+ * caller to end the stream with. */
 static int direct_flush(direct_ctx *d, bool last)
 {
 	Cis__ReadBlockReply r;
@@ -757,11 +778,15 @@ static int direct_flush(direct_ctx *d, bool last)
 	reply_msg(&r, d->j->total, d->pos, false);
 	rc = cis_rpc_reply_data(d->j->conn, &d->j->hdr, &r.base, d->buf, d->n,
 	                        last ? 0 : CIS_FRAME_MORE);
+	if (!cis_rpc_conn_open(d->j->conn))
+		return -CIS_E_CLOSED;
+	if (rc < 0) {
+		d->send_err = rc;
+		return rc;
+	}
 	cis_counter_add(d->w->m.served_remote, d->n);
 	d->pos += d->n;
 	d->n = 0;
-	if (rc < 0 || !cis_rpc_conn_open(d->j->conn))
-		return -CIS_E_CLOSED;
 	return 0;
 }
 
@@ -794,7 +819,7 @@ static int direct_sink(void *arg, const void *data, size_t len)
 static void run_direct(wrk_fx *fx, job *j)
 {
 	wrk *w = fx->w;
-	direct_ctx d = {w, j, j->off, NULL, 0};
+	direct_ctx d = {w, j, j->off, NULL, 0, 0};
 	cis_errmsg em = {{0}};
 	cis_ufs *ufs;
 	uint64_t got = 0;
@@ -818,8 +843,10 @@ static void run_direct(wrk_fx *fx, job *j)
 		rc =
 		    cis_fail(&em, -CIS_E_CHANGED, "%s: short read: the object changed", j->ref.key);
 	if (rc == 0)
-		direct_flush(&d, true);
-	else if (rc != -CIS_E_CLOSED) {
+		rc = direct_flush(&d, true);
+	if (d.send_err && rc != -CIS_E_CLOSED) {
+		end_stream_on_send_error(j->conn, &j->hdr, d.send_err);
+	} else if (rc < 0 && rc != -CIS_E_CLOSED) {
 		cis_counter_inc(w->m.store_errors);
 		cis_rpc_reply_error(j->conn, &j->hdr, rc, "%s", cis_errmsg_or(&em, rc));
 	}
