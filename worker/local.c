@@ -1,7 +1,12 @@
 /* Leases on short-circuit fds. A client on the same host gets an open fd
  * of a block file; while its lease lives the block holds a reference and
  * cannot be evicted. Leases expire unless renewed, so a client that dies
- * without releasing frees its blocks after the lease time. */
+ * without releasing frees its blocks after the lease time.
+ *
+ * A lease belongs to the user id of the Unix connection that took it; only
+ * that user renews or releases it (from any of its connections, so a
+ * client that reconnected keeps its leases). To anyone else it is unknown:
+ * one local user cannot release another's blocks for eviction. */
 #include "worker.h"
 
 #include <errno.h>
@@ -14,6 +19,7 @@ typedef struct lease {
 	uint64_t id;
 	wrk_block *blk;
 	uint64_t expiry_ms; /* monotonic */
+	int owner_uid;
 } lease;
 
 #define LEASE_BUCKETS 1024
@@ -65,11 +71,14 @@ void wrk_leases_free(wrk_leases *l)
 	free(l);
 }
 
-int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, uint64_t *lease_id,
+int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, int owner_uid, uint64_t *lease_id,
                   uint64_t *granted_ms)
 {
 	lease *e;
+	uint64_t id;
 
+	if (owner_uid < 0)
+		return -EPERM; /* only Unix connections have an owner */
 	ms = clamp_ms(ms);
 	pthread_mutex_lock(&l->mu);
 	if (l->count >= WRK_MAX_LEASES) {
@@ -81,25 +90,27 @@ int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, uint64_t *lease_id
 		pthread_mutex_unlock(&l->mu);
 		return -ENOMEM;
 	}
-	e->id = l->next_id++;
+	id = e->id = l->next_id++;
 	e->blk = blk;
 	e->expiry_ms = cis_mono_ms() + ms;
+	e->owner_uid = owner_uid;
 	e->next = l->table[e->id % LEASE_BUCKETS];
 	l->table[e->id % LEASE_BUCKETS] = e;
 	l->count++;
+	/* Once unlocked, e is another thread's to release and free. */
 	pthread_mutex_unlock(&l->mu);
-	*lease_id = e->id;
+	*lease_id = id;
 	*granted_ms = ms;
 	return 0;
 }
 
-int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms)
+int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms, int owner_uid)
 {
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&l->mu);
 	for (lease *e = l->table[lease_id % LEASE_BUCKETS]; e; e = e->next)
-		if (e->id == lease_id) {
+		if (e->id == lease_id && e->owner_uid == owner_uid) {
 			e->expiry_ms = cis_mono_ms() + clamp_ms(ms);
 			rc = (int)clamp_ms(ms);
 			break;
@@ -108,13 +119,13 @@ int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms)
 	return rc;
 }
 
-int wrk_lease_release(wrk_leases *l, uint64_t lease_id)
+int wrk_lease_release(wrk_leases *l, uint64_t lease_id, int owner_uid)
 {
 	lease **pp, *e = NULL;
 
 	pthread_mutex_lock(&l->mu);
 	for (pp = &l->table[lease_id % LEASE_BUCKETS]; *pp; pp = &(*pp)->next)
-		if ((*pp)->id == lease_id) {
+		if ((*pp)->id == lease_id && (*pp)->owner_uid == owner_uid) {
 			e = *pp;
 			*pp = e->next;
 			l->count--;

@@ -89,11 +89,13 @@ static void open_reply(open_ctx *c)
 		                    cis_strerror(rc));
 		return;
 	}
-	rc = wrk_lease_add(w->leases, info.blk, c->lease_ms, &lease_id, &granted);
+	rc = wrk_lease_add(w->leases, info.blk, c->lease_ms, cis_rpc_conn_peer_uid(c->conn),
+	                   &lease_id, &granted);
 	if (rc < 0) {
 		close(fd);
 		wrk_bs_release(w->bs, info.blk);
-		cis_rpc_reply_error(c->conn, &c->hdr, rc, "too many leases");
+		cis_rpc_reply_error(c->conn, &c->hdr, rc, "cannot lease the block: %s",
+		                    rc == -EBUSY ? "too many leases" : cis_strerror(rc));
 		return;
 	}
 	r.lease_id = lease_id;
@@ -102,7 +104,7 @@ static void open_reply(open_ctx *c)
 	rc = cis_rpc_reply_fd(c->conn, &c->hdr, &r.base, fd);
 	close(fd);
 	if (rc < 0)
-		wrk_lease_release(w->leases, lease_id);
+		wrk_lease_release(w->leases, lease_id, cis_rpc_conn_peer_uid(c->conn));
 	else
 		cis_counter_add(w->m.served_local, info.len);
 }
@@ -168,12 +170,14 @@ static void handle_lease(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, c
 	Cis__LeaseReply r = CIS__LEASE_REPLY__INIT;
 	int rc;
 
+	int uid = cis_rpc_conn_peer_uid(conn); /* -1 on TCP: owns no lease */
+
 	if (hdr->type == CIS_MSG_WORKER_RENEW_LOCAL) {
-		rc = wrk_lease_renew(w->leases, req->lease_id, req->lease_ms);
+		rc = wrk_lease_renew(w->leases, req->lease_id, req->lease_ms, uid);
 		if (rc > 0)
 			r.lease_expiry_ms = (uint64_t)rc;
 	} else {
-		rc = wrk_lease_release(w->leases, req->lease_id);
+		rc = wrk_lease_release(w->leases, req->lease_id, uid);
 	}
 	if (rc < 0)
 		cis_rpc_reply_error(conn, hdr, rc, "lease %" PRIu64 ": unknown or expired",

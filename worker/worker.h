@@ -216,11 +216,15 @@ uint64_t wrk_fx_inflight(wrk_fx *fx);
 int wrk_leases_new(wrk *w, wrk_leases **out);
 void wrk_leases_free(wrk_leases *l);
 /* A lease on a block the caller holds a reference on (it passes to the
- * lease). 0 or -EBUSY when there are too many. */
-int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, uint64_t *lease_id,
+ * lease on success only), owned by the peer user owner_uid of the Unix
+ * connection asking (cis_rpc_conn_peer_uid). 0, -EBUSY when there are too
+ * many, -EPERM for an owner < 0 (not a Unix connection), -ENOMEM. */
+int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, int owner_uid, uint64_t *lease_id,
                   uint64_t *granted_ms);
-int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms);
-int wrk_lease_release(wrk_leases *l, uint64_t lease_id);
+/* Renew (the granted ms) or release a lease of owner_uid; -ENOENT when
+ * there is none by that id and owner. */
+int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms, int owner_uid);
+int wrk_lease_release(wrk_leases *l, uint64_t lease_id, int owner_uid);
 /* Drop expired leases (releasing their references). */
 void wrk_leases_expire(wrk_leases *l);
 uint64_t wrk_leases_count(wrk_leases *l);
