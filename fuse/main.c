@@ -301,6 +301,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size_t used = 0;
+	/* The inodes this page took a lookup reference on, to give back if
+	 * the reply fails (an interrupted request): the kernel never saw
+	 * them, so it will never forget them. */
+	uint64_t *refd = NULL;
+	size_t nrefd = 0, caprefd = 0;
 	for (size_t i = (size_t)(off < 0 ? 0 : off); i < d->n; i++) {
 		const dent *e = &d->ents[i];
 		size_t sz;
@@ -311,8 +316,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			                            (off_t)i + 1);
 			if (sz > size - used)
 				break;
+			if (nrefd == caprefd) {
+				size_t nc = caprefd ? caprefd * 2 : 64;
+				uint64_t *nr = realloc(refd, nc * sizeof(*nr));
+				if (!nr)
+					break; /* ENOMEM: the kernel gets a shorter page */
+				refd = nr;
+				caprefd = nc;
+			}
 			if (fcl_inodes_ref(c->inodes, e->a.ino))
 				break; /* ENOMEM: the kernel gets a shorter page */
+			refd[nrefd++] = e->a.ino;
 		} else {
 			struct stat st;
 			fill_stat(c, &e->a, &st);
@@ -324,7 +338,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		used += sz;
 	}
 	pthread_mutex_unlock(&d->lock);
-	fuse_reply_buf(req, buf, used);
+	if (fuse_reply_buf(req, buf, used))
+		for (size_t i = 0; i < nrefd; i++)
+			fcl_inodes_forget(c->inodes, refd[i], 1);
+	free(refd);
 	free(buf);
 }
 
