@@ -106,7 +106,7 @@ gen_files() {
 	local dir=$1 count=$2 size=$3 ndirs=$4 want
 	want="$count $size $ndirs"
 	[ -f "$dir.made" ] && [ "$(cat "$dir.made")" = "$want" ] && return 0
-	rm -rf "$dir"
+	rm -rf "$dir" "$dir.made" # a marker left from before would bless a half-made tree
 	mkdir -p "$dir"
 	log "bench: generating $count files of $size bytes in $ndirs dirs under $dir"
 	python3 - "$dir" "$count" "$size" "$ndirs" <<'PY'
