@@ -12,7 +12,7 @@ uint64_t cis_hash64(const void *data, size_t len, uint64_t seed)
 }
 
 cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
-                               uint64_t index)
+                               uint64_t block_size, uint64_t index)
 {
 	XXH3_state_t st;
 	XXH128_hash_t h;
@@ -25,6 +25,7 @@ cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *v
 	XXH3_128bits_update(&st, &sep, 1);
 	XXH3_128bits_update(&st, version, strlen(version));
 	XXH3_128bits_update(&st, &sep, 1);
+	XXH3_128bits_update(&st, &block_size, sizeof(block_size));
 	XXH3_128bits_update(&st, &index, sizeof(index));
 	h = XXH3_128bits_digest(&st);
 	return (cis_block_id){.hi = h.high64, .lo = h.low64};

@@ -21,7 +21,7 @@
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
                   cis_block_id *id)
 {
-	*id = cis_block_id_make(f->mount->id, f->key, f->version, index);
+	*id = cis_block_id_make(f->mount->id, f->key, f->version, f->block_size, index);
 	for (int i = 0; i < 8; i++) {
 		idbuf[i] = (uint8_t)(id->hi >> (56 - 8 * i));
 		idbuf[8 + i] = (uint8_t)(id->lo >> (56 - 8 * i));
@@ -127,6 +127,16 @@ static void mark_down(fcl *c, uint64_t id)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* Bytes in block idx of f. */
+static uint64_t block_len(const fcl_file *f, uint64_t idx)
+{
+	uint64_t start = idx * f->block_size;
+
+	if (start >= f->size)
+		return 0;
+	return f->size - start < f->block_size ? f->size - start : f->block_size;
+}
+
 static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t boff, size_t len,
                       fcl_seg *seg, cis_errmsg *em)
 {
@@ -147,11 +157,13 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 			int fd;
 			uint64_t blen, waited;
 			rc = fcl_local_open(c, w, &ref, &fd, &blen, &waited, &wem);
-			if (rc == 0 && blen < boff + len) {
+			if (rc == 0 && blen != block_len(f, idx)) {
+				/* Exactly the block's length, or it is not this block. */
 				close(fd);
-				rc = cis_fail(
-				    &wem, -CIS_E_PROTO, "block file holds %llu bytes, %llu wanted",
-				    (unsigned long long)blen, (unsigned long long)(boff + len));
+				rc = cis_fail(&wem, -CIS_E_PROTO,
+				              "block file holds %llu bytes, the block %llu",
+				              (unsigned long long)blen,
+				              (unsigned long long)block_len(f, idx));
 			}
 			if (rc == 0) {
 				if (waited >= LOCAL_STALL_NS)

@@ -319,7 +319,7 @@ static int usage_file(void *arg, const char *path, const mst_inode *f)
 	u->bytes += f->size;
 	for (uint64_t b = 0; b < nb; b++) {
 		uint64_t w[USAGE_MAX_REPLICAS];
-		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, b);
+		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, bs, b);
 		size_t nh = mst_workers_locate(u->m->workers, id, w, USAGE_MAX_REPLICAS);
 		u->by_copies[nh]++;
 		if (nh) {

@@ -654,7 +654,7 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 	uint32_t r = j->replicas ? j->replicas : 1;
 	for (uint64_t b = 0; !j->metadata_only && b < nb; b++) {
 		struct task t = {.f = f, .index = b};
-		t.id = cis_block_id_make(f->mount_id, f->key, f->version, b);
+		t.id = cis_block_id_make(f->mount_id, f->key, f->version, f->bs, b);
 		size_t order[64];
 		size_t no = cis_place(t.id, j->live, j->nlive, order, r < 64 ? r : 64);
 		if (no == 0) {
@@ -701,10 +701,10 @@ static int verify_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct verify *v = arg;
 	mst_master *m = v->j->js->m;
-	uint64_t nb = mst_file_blocks(m, ino, NULL);
+	uint64_t bs = 0, nb = mst_file_blocks(m, ino, &bs);
 	for (uint64_t b = 0; b < nb; b++) {
 		uint64_t hold[64];
-		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, b);
+		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, bs, b);
 		size_t nh = mst_workers_locate(m->workers, id, hold, 64);
 		if (nh < v->want) {
 			char msg[128];
@@ -848,9 +848,9 @@ static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 	struct bcast *b = arg;
 	struct job *j = b->j;
 	(void)path;
-	uint64_t nb = mst_file_blocks(j->js->m, ino, NULL);
+	uint64_t bs = 0, nb = mst_file_blocks(j->js->m, ino, &bs);
 	for (uint64_t i = 0; i < nb; i++) {
-		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, i);
+		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, bs, i);
 		for (int k = 0; k < 8; k++) {
 			b->raw[b->n][k] = (uint8_t)(id.hi >> (56 - 8 * k));
 			b->raw[b->n][8 + k] = (uint8_t)(id.lo >> (56 - 8 * k));

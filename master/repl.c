@@ -247,7 +247,7 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 	size_t target = pol.replicas < s->nlive ? pol.replicas : s->nlive;
 	size_t order[64];
 	for (uint64_t b = 0; b < nb; b++) {
-		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, b);
+		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, bs, b);
 		uint64_t hold[64];
 		size_t nh = mst_workers_locate(s->m->workers, id, hold, 64);
 		if (nh == 0 || nh == target)

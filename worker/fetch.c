@@ -381,7 +381,11 @@ again:
 			enqueue(fx, j, WRK_PRIO_HIGH);
 			return;
 		}
-		fd = open(info.path, O_RDONLY | O_CLOEXEC);
+		/* The block must be as long as the reference says: the id does
+		 * not cover the file size, so a block cached for a reference
+		 * with another one is taken for corrupt, dropped and fetched
+		 * again. */
+		fd = info.len == blen ? open(info.path, O_RDONLY | O_CLOEXEC) : -1;
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == info.len) {
 			cis_counter_inc(w->m.hits);
 			rc = send_file_range(w, conn, hdr, fd, off, end, end - off, true, true);
@@ -391,15 +395,19 @@ again:
 			wrk_bs_release(w->bs, info.blk);
 			return;
 		}
-		/* Deleted or truncated behind our back: drop it, fetch again. */
+		/* Deleted or truncated behind our back, or of another length
+		 * than the reference's: drop it, fetch again. */
 		cis_log_limited(CIS_LOG_WARN, "worker:block-file-bad", 10,
-		                "cached block file missing or truncated, fetching again",
-		                "path=%s err=\"%s\"", info.path,
-		                fd < 0 ? strerror(errno) : "wrong size");
+		                "cached block file missing or of the wrong length, fetching again",
+		                "path=%s err=\"%s\" indexed=%" PRIu64 " wanted=%" PRIu64, info.path,
+		                info.len != blen ? "indexed length is not the reference's"
+		                : fd < 0         ? strerror(errno)
+		                                 : "file size is not the indexed length",
+		                info.len, blen);
 		if (fd >= 0)
 			close(fd);
 		wrk_bs_release(w->bs, info.blk);
-		wrk_bs_drop(w->bs, ref->id, "file missing or truncated");
+		wrk_bs_drop(w->bs, ref->id, "file missing or of the wrong length");
 	}
 
 	cis_counter_inc(w->m.misses);
@@ -423,6 +431,16 @@ again:
 		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
 		return;
 	}
+	if (f->len != blen) {
+		/* The fetch under way is for a reference of this id with
+		 * another file size (the id does not cover it), so another
+		 * length: it cannot be trusted for this reader's bytes. */
+		pthread_mutex_unlock(&fx->mu);
+		cis_rpc_conn_unref(wt->conn);
+		free(wt);
+		queue_direct(fx, ref, conn, hdr, off, end, end - off);
+		return;
+	}
 	wt->next = f->waiters;
 	f->waiters = wt;
 	if (f->fd >= 0 && f->filled > off)
@@ -438,7 +456,14 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	fetch *f;
 	bool created;
 
-	if (wrk_bs_acquire(fx->w->bs, ref->id, false, &info) == 0) {
+	bool hit = wrk_bs_acquire(fx->w->bs, ref->id, false, &info) == 0;
+
+	if (hit && info.len != wrk_ref_len(ref)) {
+		/* Cached for a reference with another file size (the id does
+		 * not cover it): corrupt for this one. Drop it, fetch again. */
+		wrk_bs_release(fx->w->bs, info.blk);
+		wrk_bs_drop(fx->w->bs, ref->id, "indexed length is not the reference's");
+	} else if (hit) {
 		bool ok = info.verified;
 
 		wrk_bs_release(fx->w->bs, info.blk);
@@ -661,13 +686,16 @@ static void run_fill(wrk_fx *fx, fetch *f)
 		finish(fx, f, -ENOMEM, false, NULL);
 		return;
 	}
-	if (!f->src_host) {
-		rc = wrk_link_ufs(w->link, f->ref.mount_id, &ufs, &em);
-		if (rc < 0) {
+	/* The mount, and the reference checked against it, before anything
+	 * is cached under its id (a peer copy included). */
+	rc = wrk_link_check_ref(w->link, &f->ref, &ufs, &em);
+	if (rc < 0) {
+		if (rc == -EINVAL)
+			cis_counter_inc(w->m.bad_requests);
+		else
 			cis_counter_inc(w->m.store_errors);
-			finish(fx, f, rc, false, &em);
-			return;
-		}
+		finish(fx, f, rc, false, &em);
+		return;
 	}
 	/* Room and a temporary file, in the dir with the most free space;
 	 * a dir that fails is skipped for the next. */
@@ -710,7 +738,7 @@ static void run_fill(wrk_fx *fx, fetch *f)
 			em.text[0] = 0;
 			free(f->src_host);
 			f->src_host = NULL;
-			rc = wrk_link_ufs(w->link, f->ref.mount_id, &ufs, &em);
+			rc = 0;
 		}
 	} else {
 		rc = 0;
@@ -831,7 +859,7 @@ static void run_direct(wrk_fx *fx, job *j)
 		cis_rpc_reply_error(j->conn, &j->hdr, -ENOMEM, "worker out of memory");
 		return;
 	}
-	rc = wrk_link_ufs(w->link, j->ref.mount_id, &ufs, &em);
+	rc = wrk_link_check_ref(w->link, &j->ref, &ufs, &em);
 	if (rc == 0) {
 		cis_counter_inc(w->m.store_reads);
 		rc = cis_ufs_read(ufs, j->ref.key, j->ref.version,

@@ -26,6 +26,7 @@ typedef struct mount_ent {
 	struct mount_ent *next;
 	uint64_t id;
 	cis_ufs *ufs;
+	uint64_t block_size; /* from the master; 0 for a --mount mount */
 } mount_ent;
 
 typedef struct delta {
@@ -78,7 +79,7 @@ bool wrk_link_ready(wrk_link *l)
 	return !l->cl || atomic_load(&l->registered);
 }
 
-static int add_mount(wrk_link *l, uint64_t id, cis_ufs *u)
+static int add_mount(wrk_link *l, uint64_t id, cis_ufs *u, uint64_t block_size)
 {
 	mount_ent *m = calloc(1, sizeof(*m));
 
@@ -86,24 +87,29 @@ static int add_mount(wrk_link *l, uint64_t id, cis_ufs *u)
 		return -ENOMEM;
 	m->id = id;
 	m->ufs = u;
+	m->block_size = block_size;
 	m->next = l->mounts;
 	l->mounts = m;
 	return 0;
 }
 
-int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, cis_errmsg *em)
+int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, uint64_t *block_size,
+                 cis_errmsg *em)
 {
 	Cis__GetMountRequest req = CIS__GET_MOUNT_REQUEST__INIT;
 	Cis__GetMountReply *rep = NULL;
 	cis_rpc_result res;
 	cis_kvlist opts = CIS_KVLIST_INIT;
 	cis_ufs *u = NULL;
+	uint64_t bs;
 	int rc;
 
 	pthread_mutex_lock(&l->mu);
 	for (mount_ent *m = l->mounts; m; m = m->next)
 		if (m->id == mount_id) {
 			*out = m->ufs;
+			if (block_size)
+				*block_size = m->block_size;
 			pthread_mutex_unlock(&l->mu);
 			return 0;
 		}
@@ -120,12 +126,13 @@ int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, cis_errmsg *em)
 	rc = cis_msg_unpack(&cis__get_mount_reply__descriptor, res.msg, res.msg_len,
 	                    (ProtobufCMessage **)&rep);
 	cis_rpc_result_free(&res);
-	if (rc < 0 || !rep->mount || !rep->mount->uri) {
+	if (rc < 0 || !rep->mount || !rep->mount->uri || !rep->mount->block_size) {
 		if (rep)
 			protobuf_c_message_free_unpacked(&rep->base, NULL);
 		return cis_fail(em, -CIS_E_PROTO, "mount %" PRIu64 ": malformed reply from master",
 		                mount_id);
 	}
+	bs = rep->mount->block_size;
 	for (size_t i = 0; i < rep->mount->n_options; i++)
 		cis_kvlist_set(&opts, rep->mount->options[i]->key, rep->mount->options[i]->value);
 	rc = cis_ufs_open(rep->mount->uri, &opts, &u, em);
@@ -137,17 +144,37 @@ int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, cis_errmsg *em)
 	for (mount_ent *m = l->mounts; m; m = m->next)
 		if (m->id == mount_id) { /* another thread won the race */
 			*out = m->ufs;
+			if (block_size)
+				*block_size = m->block_size;
 			pthread_mutex_unlock(&l->mu);
 			cis_ufs_close(u);
 			return 0;
 		}
-	rc = add_mount(l, mount_id, u);
+	rc = add_mount(l, mount_id, u, bs);
 	pthread_mutex_unlock(&l->mu);
 	if (rc < 0) {
 		cis_ufs_close(u);
 		return cis_fail(em, rc, "out of memory");
 	}
 	*out = u;
+	if (block_size)
+		*block_size = bs;
+	return 0;
+}
+
+int wrk_link_check_ref(wrk_link *l, const wrk_ref *ref, cis_ufs **out, cis_errmsg *em)
+{
+	uint64_t bs = 0;
+	int rc = wrk_link_ufs(l, ref->mount_id, out, &bs, em);
+
+	if (rc < 0)
+		return rc;
+	/* A reference with another block size names another byte range
+	 * than the mount's block of that index: refuse to cache it. */
+	if (bs && ref->block_size != bs)
+		return cis_fail(em, -EINVAL,
+		                "%s: block size %" PRIu64 " is not mount %" PRIu64 "'s %" PRIu64,
+		                ref->key, ref->block_size, ref->mount_id, bs);
 	return 0;
 }
 
@@ -458,7 +485,7 @@ int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link
 		rc = cis_ufs_open(mounts[i].uri, NULL, &u, em);
 		if (rc < 0)
 			goto out_free;
-		if (add_mount(l, mounts[i].id, u) < 0) {
+		if (add_mount(l, mounts[i].id, u, 0) < 0) {
 			cis_ufs_close(u);
 			rc = cis_fail(em, -ENOMEM, "out of memory");
 			goto out_free;

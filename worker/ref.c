@@ -56,11 +56,13 @@ int wrk_ref_from_proto(wrk_ref *r, const Cis__BlockRef *p, cis_errmsg *em)
 		return cis_fail(em, -EINVAL,
 		                "block index %" PRIu64 " past the end of a %" PRIu64 "-byte file",
 		                p->index, p->file_size);
-	want = cis_block_id_make(p->mount_id, p->key, p->version ? p->version : "", p->index);
+	want = cis_block_id_make(p->mount_id, p->key, p->version ? p->version : "", p->block_size,
+	                         p->index);
 	if (!cis_block_id_eq(want, r->id)) {
 		cis_block_id_fmt(r->id, hex);
-		return cis_fail(em, -EINVAL,
-		                "block id %s does not match its mount, key, version, index", hex);
+		return cis_fail(
+		    em, -EINVAL,
+		    "block id %s does not match its mount, key, version, block size, index", hex);
 	}
 	r->mount_id = p->mount_id;
 	r->index = p->index;

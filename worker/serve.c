@@ -54,6 +54,7 @@ typedef struct open_ctx {
 	cis_rpc_conn *conn;
 	cis_frame_hdr hdr;
 	cis_block_id id;
+	uint64_t len; /* the reference's block length */
 	uint32_t lease_ms;
 } open_ctx;
 
@@ -76,6 +77,15 @@ static void open_reply(open_ctx *c)
 	if (!info.verified) {
 		wrk_bs_release(w->bs, info.blk);
 		cis_rpc_reply_error(c->conn, &c->hdr, -EAGAIN, "block not verified yet");
+		return;
+	}
+	if (info.len != c->len) {
+		/* Cached for a reference with another file size (the id does
+		 * not cover it): corrupt for this one. */
+		wrk_bs_release(w->bs, info.blk);
+		wrk_bs_drop(w->bs, c->id, "indexed length is not the reference's");
+		cis_rpc_reply_error(c->conn, &c->hdr, -EAGAIN,
+		                    "cached block of the wrong length dropped: read it remotely");
 		return;
 	}
 	fd = open(info.path, O_RDONLY | O_CLOEXEC);
@@ -151,6 +161,7 @@ static void handle_open_local(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *h
 	cis_rpc_conn_ref(conn);
 	c->hdr = *hdr;
 	c->id = ref.id;
+	c->len = wrk_ref_len(&ref);
 	c->lease_ms = req->lease_ms;
 	if (wrk_bs_has(w->bs, ref.id))
 		cis_counter_inc(w->m.hits);

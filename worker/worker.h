@@ -245,8 +245,15 @@ int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link
                    cis_errmsg *em);
 void wrk_link_stop(wrk_link *l);
 /* The connector for a mount (GetMount from the master on first use). The
- * handle lives until wrk_link_stop. */
-int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, cis_errmsg *em);
+ * handle lives until wrk_link_stop. *block_size (if not NULL) gets the
+ * mount's block size as the master has it, or 0 for a mount given with
+ * --mount (no master): then any block size is taken, which is sound since
+ * the block size is part of the block id (see wrk_link_check_ref). */
+int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, uint64_t *block_size,
+                 cis_errmsg *em);
+/* The connector for ref's mount, after checking that ref's block size is
+ * the mount's: 0, -EINVAL (another block size) or wrk_link_ufs's error. */
+int wrk_link_check_ref(wrk_link *l, const wrk_ref *ref, cis_ufs **out, cis_errmsg *em);
 /* Queue an incremental report entry. Any thread, any lock held. */
 void wrk_link_note(wrk_link *l, cis_block_id id, bool added);
 bool wrk_link_ready(wrk_link *l);

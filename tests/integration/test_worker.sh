@@ -155,6 +155,25 @@ wcl W1 f.bin read 3 0 100 | cmp - <(expect f.bin $((3 * MB)) 100) || fail "serve
 wcl W1 f.bin local 3 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "local after garbage"
 kill -0 "$W1_PID" || fail "worker died on garbage"
 
+log "forged block or file sizes are never served to readers of the real ones"
+# Block 1 of 2 MiB blocks is bytes [2M, 4M): the block size is in the id,
+# so it is another block than block 1 of the 1 MiB blocks.
+wcl W1 f.bin --force-block-size 2M read 1 0 0 | cmp - <(expect f.bin $((2 * MB)) $((2 * MB))) ||
+	fail "block 1 of 2 MiB blocks differs"
+wcl W1 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "a 2 MiB block served as 1 MiB block 1"
+wcl W1 f.bin local 1 | cmp - <(expect f.bin $MB $MB) || fail "local: a 2 MiB block as block 1"
+# A smaller file size caches the last block short; the id does not cover
+# the file size, so a reader of the real one must find it corrupt.
+wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 | cmp - <(expect f.bin $((5 * MB)) 100) ||
+	fail "short last block differs"
+wcl W1 f.bin read 5 0 0 | cmp - <(expect f.bin $((5 * MB)) 12345) || fail "short block served whole"
+wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 >/dev/null
+wcl W1 f.bin local 5 | cmp - <(expect f.bin $((5 * MB)) 12345) || fail "local: short block served"
+wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 >/dev/null
+out=$(wcl W1 f.bin load 5)
+assert_contains "$out" "code=0"
+wcl W1 f.bin read 5 0 0 | cmp - <(expect f.bin $((5 * MB)) 12345) || fail "load kept a short block"
+
 log "replicate from a peer, and from the store when the peer fails"
 start_worker W6 --cache-dir "$CIS_TMP/c6:64M"
 out=$(wcl W6 f.bin replicate 3 "127.0.0.1:$W1_RPC")

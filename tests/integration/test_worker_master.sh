@@ -95,6 +95,12 @@ cmp "$CIS_TMP/out" <(tail -c +$((2 * MB + 701)) "$CIS_TMP/src/a.bin") || fail "t
 wcl /s3/a.bin local 1 >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" <(tail -c +$((MB + 1)) "$CIS_TMP/src/a.bin" | head -c $MB) || fail "local fd"
 
+log "a reference with another block size than the mount's is refused"
+if wcl /s3/a.bin --force-block-size 2M read 0 0 0 >/dev/null 2>"$CIS_TMP/err"; then
+	fail "a 2 MiB block of a 1 MiB mount was served"
+fi
+assert_contains "$(cat "$CIS_TMP/err")" "is not mount"
+
 log "32 concurrent readers of a cold block: one store GET"
 s3_reset_stats
 wcl /s3/big.bin parallel 32 5 >"$CIS_TMP/out"

@@ -6,6 +6,8 @@
  * master (--master HOST:PORT --path /cistern/path: Lookup each component,
  * then Open) or directly (--uri file:///dir --key KEY --mount-id N
  * [--block-size N]: the client stats the object itself for its version).
+ * --force-block-size N and --file-size N then claim another block size or
+ * file size in the references sent (the id is computed from the claims).
  *
  * Commands:
  *   read INDEX OFF LEN   remote read (TCP, else the Unix socket); bytes to stdout
@@ -49,6 +51,8 @@ typedef struct file_spec {
 
 static const char *tcp_addr, *unix_path, *master_addr, *path, *uri, *key;
 static uint64_t mount_id = 1, block_size = 1 << 20;
+/* Forged references, to test that the worker refuses or survives them. */
+static uint64_t force_block_size, force_file_size;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -167,7 +171,7 @@ typedef struct ref_buf {
 
 static void make_ref(const file_spec *f, uint64_t index, ref_buf *r)
 {
-	cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, index);
+	cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, f->block_size, index);
 
 	cis__block_ref__init(&r->ref);
 	for (int i = 0; i < 8; i++) {
@@ -493,6 +497,10 @@ int main(int argc, char **argv)
 			mount_id = strtoull(v, NULL, 10);
 		else if (!strcmp(o, "--block-size"))
 			cis_parse_size(v, &block_size);
+		else if (!strcmp(o, "--force-block-size"))
+			cis_parse_size(v, &force_block_size);
+		else if (!strcmp(o, "--file-size"))
+			force_file_size = strtoull(v, NULL, 10);
 		else
 			die("unknown option %s", o);
 	}
@@ -513,6 +521,10 @@ int main(int argc, char **argv)
 		spec_from_uri(&f);
 	else
 		die("name the file: --master H:P --path P, or --uri U --key K");
+	if (force_block_size)
+		f.block_size = force_block_size;
+	if (force_file_size)
+		f.size = force_file_size;
 
 	if (strcmp(cmd, "local") == 0 || strcmp(cmd, "hold") == 0) {
 		if (i >= argc)
@@ -556,9 +568,9 @@ int main(int argc, char **argv)
 
 		if (i >= argc)
 			die("id INDEX");
-		cis_block_id_fmt(
-		    cis_block_id_make(f.mount_id, f.key, f.version, strtoull(argv[i], NULL, 10)),
-		    hex);
+		cis_block_id_fmt(cis_block_id_make(f.mount_id, f.key, f.version, f.block_size,
+		                                   strtoull(argv[i], NULL, 10)),
+		                 hex);
 		printf("%s\n", hex);
 		return 0;
 	}

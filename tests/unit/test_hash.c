@@ -6,20 +6,24 @@
 
 Test(block_id, depends_on_every_field)
 {
-	cis_block_id base = cis_block_id_make(1, "a/b", "v1", 0);
+	const uint64_t bs = 4 << 20;
+	cis_block_id base = cis_block_id_make(1, "a/b", "v1", bs, 0);
 
-	cr_assert(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v1", 0)));
-	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(2, "a/b", "v1", 0)));
-	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/c", "v1", 0)));
-	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v2", 0)));
-	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v1", 1)));
+	cr_assert(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v1", bs, 0)));
+	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(2, "a/b", "v1", bs, 0)));
+	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/c", "v1", bs, 0)));
+	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v2", bs, 0)));
+	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/b", "v1", bs, 1)));
+	/* Block 1 of 8 MiB blocks is other bytes than block 1 of 4 MiB. */
+	cr_assert_not(cis_block_id_eq(cis_block_id_make(1, "a/b", "v1", bs, 1),
+	                              cis_block_id_make(1, "a/b", "v1", 2 * bs, 1)));
 	/* Field boundaries matter: ("a/b", "v1") is not ("a/bv", "1"). */
-	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/bv", "1", 0)));
+	cr_assert_not(cis_block_id_eq(base, cis_block_id_make(1, "a/bv", "1", bs, 0)));
 }
 
 Test(block_id, hex_round_trip)
 {
-	cis_block_id id = cis_block_id_make(9, "x", "y", 3), back;
+	cis_block_id id = cis_block_id_make(9, "x", "y", 1 << 20, 3), back;
 	char hex[CIS_BLOCK_ID_HEX];
 
 	cis_block_id_fmt(id, hex);

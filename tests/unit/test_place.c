@@ -9,7 +9,7 @@
 
 static cis_block_id block(uint64_t i)
 {
-	return cis_block_id_make(7, "dataset/file", "etag", i);
+	return cis_block_id_make(7, "dataset/file", "etag", 1 << 20, i);
 }
 
 Test(place, deterministic_and_distinct)

@@ -61,7 +61,7 @@ static wrk_bs *open_bs(uint64_t cap)
 
 static cis_block_id bid(int i)
 {
-	return cis_block_id_make(1, "k", "v", (uint64_t)i);
+	return cis_block_id_make(1, "k", "v", 1 << 20, (uint64_t)i);
 }
 
 /* Write a block of len bytes of value (char)i through the real path. */

@@ -11,7 +11,7 @@ static Cis__BlockRef good(uint64_t index, uint64_t bs, uint64_t fs)
 {
 	Cis__BlockRef p = CIS__BLOCK_REF__INIT;
 
-	wrk_id_to_bytes(cis_block_id_make(7, "a/b.bin", "12-34", index), idb);
+	wrk_id_to_bytes(cis_block_id_make(7, "a/b.bin", "12-34", bs, index), idb);
 	p.id.data = idb;
 	p.id.len = 16;
 	p.mount_id = 7;
@@ -84,6 +84,19 @@ Test(worker_ref, rejects_bad_refs)
 
 	p = good(UINT64_MAX / 2, 100, 250); /* index * block_size overflows */
 	cr_assert_eq(wrk_ref_from_proto(&r, &p, &em), -EINVAL);
+}
+
+Test(worker_ref, block_size_is_part_of_the_id)
+{
+	Cis__BlockRef p = good(1, 100, 250);
+	wrk_ref r;
+	cis_errmsg em = {{0}};
+
+	/* The id of block 1 at 100-byte blocks, sent with 200-byte blocks
+	 * (bytes [200, 400) instead of [100, 200)): refused. */
+	p.block_size = 200;
+	cr_assert_eq(wrk_ref_from_proto(&r, &p, &em), -EINVAL);
+	cr_assert(strstr(em.text, "does not match"), "%s", em.text);
 }
 
 Test(worker_ref, empty_file_has_one_empty_block)

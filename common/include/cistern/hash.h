@@ -1,8 +1,11 @@
 /* Hashing (xxHash) and block identifiers.
  *
  * A block id is a 128-bit hash of (mount id, object key, object version,
- * block index). The version in the id means an overwritten object gets new
- * block ids, so a cache can never serve old bytes for a new version. */
+ * block size, block index). The version in the id means an overwritten
+ * object gets new block ids, so a cache can never serve old bytes for a new
+ * version; the block size in it means the id names one byte range of the
+ * object, [index * block_size, (index + 1) * block_size), so a request that
+ * claims another block size names another block, never this one. */
 #ifndef CISTERN_HASH_H
 #define CISTERN_HASH_H
 
@@ -20,7 +23,7 @@ typedef struct cis_block_id {
 #define CIS_BLOCK_ID_HEX 33 /* 32 hex digits and the NUL */
 
 cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
-                               uint64_t index);
+                               uint64_t block_size, uint64_t index);
 /* 32 lowercase hex digits. out must hold CIS_BLOCK_ID_HEX bytes. */
 void cis_block_id_fmt(cis_block_id id, char *out);
 /* 0, or -EINVAL unless s is exactly 32 hex digits. */
