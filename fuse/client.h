@@ -149,6 +149,9 @@ void fcl_local_free(fcl_local *l);
  * OpenLocal (0 on a cache hit). */
 int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
                    uint64_t *waited_ns, cis_errmsg *em);
+/* Stop caching the descriptor of ref from w (it failed a read): close it
+ * and release its lease. Readers holding a dup keep theirs. */
+void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
 /* Release leases that are idle past their expiry. */
 void fcl_local_tick(fcl *c);
 /* At exit: release every lease (then fcl_local_free). */

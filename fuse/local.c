@@ -1,7 +1,8 @@
 /* Short-circuit reads: the worker on this host hands over an open
  * descriptor of the cached block file (OpenLocal over its Unix socket,
- * SCM_RIGHTS) under a lease, and the client preads or splices from it with
- * no copy through the worker. Descriptors are cached per (block, worker) in
+ * SCM_RIGHTS) under a lease, and the client preads from it with no copy
+ * through the worker (read.c; a failed or short pread drops the descriptor
+ * with fcl_local_forget and the read fails over). Descriptors are cached per (block, worker) in
  * a bounded LRU; a lease is renewed when a use finds it past a third of its
  * life, and released when its descriptor leaves the cache (evicted, idle
  * past its lease, or at exit). Readers get a dup, so eviction never closes
@@ -215,6 +216,20 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
 	if (*fd < 0)
 		return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
 	return 0;
+}
+
+void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
+{
+	fcl_local *l = c->local;
+	uint8_t k[24];
+	size_t klen = make_key(k, ref, w->id);
+	lent e;
+
+	pthread_mutex_lock(&l->lock);
+	bool found = fcl_lru_remove(l->lru, k, klen, &e);
+	pthread_mutex_unlock(&l->lock);
+	if (found)
+		drop(c, &e);
 }
 
 static bool lease_lapsed(const void *val, void *arg)

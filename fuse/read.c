@@ -127,6 +127,28 @@ static void mark_down(fcl *c, uint64_t id)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* Read len bytes at off of a block file. 0, or -EIO on an error or a
+ * short file (the block file changed under its descriptor). */
+static int pread_full(int fd, char *buf, size_t len, uint64_t off, cis_errmsg *em)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return cis_fail(em, -EIO, "block file read at %llu: %s",
+			                (unsigned long long)(off + done), strerror(errno));
+		if (n == 0)
+			return cis_fail(em, -EIO,
+			                "block file ends %zu bytes into a %zu-byte read at %llu",
+			                done, len, (unsigned long long)off);
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 /* Bytes in block idx of f. */
 static uint64_t block_len(const fcl_file *f, uint64_t idx)
 {
@@ -160,18 +182,34 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 			if (rc == 0 && blen != block_len(f, idx)) {
 				/* Exactly the block's length, or it is not this block. */
 				close(fd);
+				fcl_local_forget(c, w, &ref);
 				rc = cis_fail(&wem, -CIS_E_PROTO,
 				              "block file holds %llu bytes, the block %llu",
 				              (unsigned long long)blen,
 				              (unsigned long long)block_len(f, idx));
 			}
 			if (rc == 0) {
-				if (waited >= LOCAL_STALL_NS)
-					cis_histogram_observe(c->stats.stall_seconds,
-					                      (double)waited / 1e9);
-				*seg = (fcl_seg){.fd = fd, .off = boff, .len = len};
-				count(c, FCL_PATH_LOCAL, len);
-				return 0;
+				/* Read the bytes here, not in the reply (splice): an
+				 * error there would come after this read reported
+				 * success, as a short reply (a truncated file to the
+				 * reader) or EIO, with no failover. */
+				char *buf = malloc(len ? len : 1);
+				if (!buf) {
+					close(fd);
+					return -ENOMEM;
+				}
+				rc = pread_full(fd, buf, len, boff, &wem);
+				close(fd);
+				if (rc == 0) {
+					if (waited >= LOCAL_STALL_NS)
+						cis_histogram_observe(c->stats.stall_seconds,
+						                      (double)waited / 1e9);
+					*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+					count(c, FCL_PATH_LOCAL, len);
+					return 0;
+				}
+				free(buf);
+				fcl_local_forget(c, w, &ref); /* that descriptor is bad */
 			}
 		} else {
 			char *buf = malloc(len ? len : 1);

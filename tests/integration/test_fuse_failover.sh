@@ -5,6 +5,8 @@
 #    and short-circuit (the store, once no worker is left);
 #  - an object overwritten in the store: after `cistern sync` the mount shows
 #    the new size and content, and no read ever sees a mix of versions;
+#  - a block file truncated under the client's cached short-circuit
+#    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
 #    into the store with its verify pattern.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -107,6 +109,28 @@ for _ in $(seq 100); do
 	sleep 0.2
 done
 assert_eq "$got" "$third_sum" "content after a same-size overwrite"
+
+# --- a short-circuit block file that fails under the client ---------------------------
+log "a block file truncated under a cached short-circuit descriptor: failover, not a short read"
+head -c $((2 << 20)) /dev/urandom >"$SRC/sc.bin"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (sc.bin)"
+MNT3="$CIS_TMP/mnt3"
+mount_fuse "$MNT3"
+cmp "$SRC/sc.bin" "$MNT3/data/sc.bin" || fail "sc.bin differs"
+echo 1 >/proc/sys/vm/drop_caches
+cmp "$SRC/sc.bin" "$MNT3/data/sc.bin" || fail "sc.bin differs (short-circuit)"
+[ "$(metric 'cistern_fuse_block_reads_total{path="short_circuit"}')" -gt 0 ] ||
+	fail "sc.bin was not read through a short-circuit descriptor"
+for i in 0 1; do
+	id=$("$CIS_BUILD/tests/worker_client" --tcp "127.0.0.1:$WRPC_c" \
+		--master "127.0.0.1:$MRPC" --path /data/sc.bin id $i)
+	truncate -s 1000 "$CIS_TMP/w-c/cache/${id:0:2}/$id" || fail "block $i of sc.bin not on worker c"
+done
+echo 1 >/proc/sys/vm/drop_caches
+fo0=$(metric cistern_fuse_failovers_total)
+cmp "$SRC/sc.bin" "$MNT3/data/sc.bin" || fail "a truncated block file under a cached descriptor: wrong bytes"
+[ "$(metric cistern_fuse_failovers_total)" -gt "$fo0" ] || fail "no failover from the bad descriptor"
+unmount_fuse "$MNT3"
 
 # --- fio verification through the mount ------------------------------------------------
 log "fio verify through the mount"
