@@ -18,8 +18,11 @@
  * Timeouts: a call that times out is forgotten (its late reply will be
  * discarded); the connection is kept unless it looks dead, meaning that
  * nothing at all arrived from the server during the whole timeout while
- * the call was waiting. Then it is shut down so that the next call
- * reconnects. */
+ * the call was waiting, and no other call on it is still within its own
+ * deadline. Then it is shut down so that the next call reconnects. A slow
+ * call (a server that takes its time over one request) thus costs only
+ * that call: the others keep waiting, and if the connection is in fact
+ * dead the last of them to time out shuts it down. */
 #include "cistern/rpc.h"
 
 #include <errno.h>
@@ -60,6 +63,7 @@ struct rframe {
 struct call {
 	struct call *next;
 	uint64_t id;
+	uint64_t deadline_ms; /* monotonic; when its caller gives up */
 	pthread_cond_t cv;
 	struct rframe *frames, **frames_tail;
 	int err; /* set when the connection broke */
@@ -650,6 +654,16 @@ out_free:
 	return r;
 }
 
+/* Whether a call other than those already unlinked is still within its
+ * deadline. Caller holds lock. */
+static bool do_calls_waiting(cis_rpc_client *c, uint64_t now)
+{
+	for (struct call *k = c->calls; k; k = k->next)
+		if (k->deadline_ms > now)
+			return true;
+	return false;
+}
+
 /* Wait for the call's next frame. 0 with *f, or -ETIMEDOUT (the call is
  * unregistered) or -CIS_E_CLOSED. */
 static int next_frame(cis_rpc_client *c, struct call *k, uint64_t deadline, uint64_t started,
@@ -664,8 +678,12 @@ static int next_frame(cis_rpc_client *c, struct call *k, uint64_t deadline, uint
 		if (pthread_cond_timedwait(&k->cv, &c->lock, &ts) == ETIMEDOUT && !k->frames &&
 		    !k->err) {
 			do_unlink_call(c, k);
-			if (c->last_rx_ms <= started && !c->broken)
-				do_break(c); /* silent the whole time: looks dead */
+			/* Silent the whole time, and no other call still
+			 * waits for an answer that would say otherwise: looks
+			 * dead. */
+			if (c->last_rx_ms <= started && !c->broken &&
+			    !do_calls_waiting(c, cis_mono_ms()))
+				do_break(c);
 			pthread_mutex_unlock(&c->lock);
 			return cis_fail(em, -ETIMEDOUT, "rpc to %s: timed out",
 			                target(c, t, sizeof(t)));
@@ -727,6 +745,7 @@ int cis_rpc_call(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req, 
 
 	memset(res, 0, sizeof(*res));
 	res->fd = -1;
+	k.deadline_ms = deadline;
 	r = start_call(c, &k, type, req, data, data_len, em);
 	if (r)
 		return r;
@@ -761,6 +780,7 @@ int cis_rpc_call_stream(cis_rpc_client *c, uint16_t type, const ProtobufCMessage
 	struct call k;
 	int r;
 
+	k.deadline_ms = deadline;
 	r = start_call(c, &k, type, req, NULL, 0, em);
 	if (r)
 		return r;

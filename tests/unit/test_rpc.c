@@ -26,6 +26,7 @@ enum {
 	T_ERROR,
 	T_NOREPLY,
 	T_LATER,
+	T_SLOW, /* like T_LATER, after 600 ms */
 };
 
 #define FILE_LEN (3u << 20)
@@ -52,6 +53,7 @@ struct later {
 	cis_rpc_conn *conn;
 	cis_frame_hdr hdr;
 	uint64_t nonce;
+	uint64_t delay_ms;
 };
 
 static void *reply_later(void *arg)
@@ -59,7 +61,7 @@ static void *reply_later(void *arg)
 	struct later *l = arg;
 	Cis__Ping p = CIS__PING__INIT;
 
-	cis_sleep_ms(20);
+	cis_sleep_ms(l->delay_ms);
 	p.nonce = l->nonce + 1;
 	cis_rpc_reply(l->conn, &l->hdr, &p.base, 0);
 	cis_rpc_conn_unref(l->conn);
@@ -109,13 +111,15 @@ static void handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *h, const
 		break;
 	case T_NOREPLY:
 		break;
-	case T_LATER: {
+	case T_LATER:
+	case T_SLOW: {
 		struct later *l = malloc(sizeof(*l));
 		pthread_t t;
 
 		l->conn = conn;
 		l->hdr = *h;
 		l->nonce = nonce;
+		l->delay_ms = h->type == T_SLOW ? 600 : 20;
 		cis_rpc_conn_ref(conn);
 		pthread_create(&t, NULL, reply_later, l);
 		pthread_detach(t);
@@ -374,6 +378,48 @@ Test(rpc, timeout_then_next_call_works)
 	cr_assert_not_null(strstr(em.text, "timed out"), "%s", em.text);
 	cr_assert_eq(echo(c, 2, "b", &em), 0, "%s", em.text);
 	cis_rpc_client_free(c);
+}
+
+struct slow_call {
+	cis_rpc_client *c;
+	int rc;
+	uint64_t nonce;
+	cis_errmsg em;
+};
+
+static void *call_slow(void *arg)
+{
+	struct slow_call *s = arg;
+	Cis__Ping p = CIS__PING__INIT;
+	cis_rpc_result res;
+
+	p.nonce = 40;
+	s->rc = cis_rpc_call(s->c, T_SLOW, &p.base, NULL, 0, &res, 5000, &s->em);
+	if (s->rc == 0) {
+		s->nonce = nonce_of(&res.hdr, res.msg);
+		cis_rpc_result_free(&res);
+	}
+	return NULL;
+}
+
+/* One call timing out on a silent connection must not fail another call
+ * on it that is still within its deadline (the connection is slow for one
+ * request, not dead). */
+Test(rpc, timeout_spares_calls_still_waiting)
+{
+	struct slow_call s = {.c = client(true)};
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+	pthread_t t;
+
+	cr_assert_eq(echo(s.c, 1, "a", &em), 0, "%s", em.text);
+	cr_assert_eq(pthread_create(&t, NULL, call_slow, &s), 0);
+	cis_sleep_ms(50); /* the slow call is sent first */
+	cr_assert_eq(cis_rpc_call(s.c, T_NOREPLY, NULL, NULL, 0, &res, 200, &em), -ETIMEDOUT);
+	pthread_join(t, NULL);
+	cr_assert_eq(s.rc, 0, "the slow call failed: %s", s.em.text);
+	cr_assert_eq(s.nonce, 41);
+	cis_rpc_client_free(s.c);
 }
 
 Test(rpc, server_restart_client_reconnects)
