@@ -146,7 +146,8 @@ int fcl_local_new(size_t capacity, fcl_local **out);
 void fcl_local_free(fcl_local *l);
 /* A descriptor of the block file (a dup the caller closes) and its length,
  * from the cache or by OpenLocal. *waited_ns is the time spent in
- * OpenLocal (0 on a cache hit). */
+ * OpenLocal (0 on a cache hit). -EAGAIN when the worker does not hold the
+ * block yet: it started fetching it; read it with fcl_remote_read. */
 int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
                    uint64_t *waited_ns, cis_errmsg *em);
 /* Stop caching the descriptor of ref from w (it failed a read): close it
@@ -165,9 +166,10 @@ void fcl_remote_free(fcl_remote *r);
 /* The client for w (over its Unix socket when unix is set). Borrowed:
  * clients live until fcl_remote_free. NULL on ENOMEM. */
 cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock);
-/* ReadBlock [off, off+len) of ref into buf; *cached says whether the
- * worker had the block. Fails unless exactly len bytes (or up to the
- * block's end) came back. */
+/* ReadBlock [off, off+len) of ref into buf (over the Unix socket for the
+ * worker on this host, else TCP); *cached says whether the worker had the
+ * block. Fails unless exactly len bytes (or up to the block's end) came
+ * back. */
 int fcl_remote_read(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, uint64_t off, size_t len,
                     char *buf, bool *cached, cis_errmsg *em);
 /* Fire and forget. */

@@ -14,8 +14,8 @@
 #include "cistern/place.h"
 #include "cistern/time.h"
 
-/* OpenLocal of a block the worker already holds answers in microseconds;
- * a wait at the millisecond scale is a fetch from the store. */
+/* OpenLocal answers in microseconds (a miss at once, with -EAGAIN); a wait
+ * at the millisecond scale is a worker under load. */
 #define LOCAL_STALL_NS 1000000u
 
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
@@ -175,10 +175,16 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		int rc;
 		if (worker_down(c, w->id))
 			continue;
+		bool stream = !w->local;
 		if (w->local) {
 			int fd;
 			uint64_t blen, waited;
 			rc = fcl_local_open(c, w, &ref, &fd, &blen, &waited, &wem);
+			/* Not cached yet: the worker answered at once and started
+			 * the fetch. Stream this read from it (the first bytes as
+			 * they arrive); a later read opens the block locally. */
+			if (rc == -EAGAIN)
+				stream = true;
 			if (rc == 0 && blen != block_len(f, idx)) {
 				/* Exactly the block's length, or it is not this block. */
 				close(fd);
@@ -211,7 +217,8 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 				free(buf);
 				fcl_local_forget(c, w, &ref); /* that descriptor is bad */
 			}
-		} else {
+		}
+		if (stream) {
 			char *buf = malloc(len ? len : 1);
 			if (!buf)
 				return -ENOMEM;

@@ -136,7 +136,8 @@ static int on_frame(void *arg, const cis_frame_hdr *hdr, const uint8_t *msg, con
 int fcl_remote_read(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, uint64_t off, size_t len,
                     char *buf, bool *cached, cis_errmsg *em)
 {
-	cis_rpc_client *cl = fcl_remote_client(c, w, false);
+	/* The worker on this host over its Unix socket: no TCP stack. */
+	cis_rpc_client *cl = fcl_remote_client(c, w, w->local);
 	if (!cl)
 		return cis_fail(em, -ENOMEM, "worker %s:%u: no client", w->host, w->port);
 	Cis__ReadBlockRequest req = CIS__READ_BLOCK_REQUEST__INIT;

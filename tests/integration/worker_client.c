@@ -291,8 +291,35 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 
 	make_ref(f, index, &r);
 	req.block = &r.ref;
-	rep =
-	    call(c, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, &cis__open_local_reply__descriptor, &fd);
+	for (int attempt = 0;; attempt++) {
+		cis_rpc_result res;
+		cis_errmsg em = {{0}};
+		read_ctx rd;
+		int rc;
+
+		memset(&res, 0, sizeof(res));
+		rc = cis_rpc_call(c, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, NULL, 0, &res, 0, &em);
+		if (rc != -EAGAIN || attempt > 0) {
+			if (rc < 0)
+				die("open local: %s (%s)", cis_errmsg_or(&em, rc),
+				    cis_strerror(rc));
+			if (cis_msg_unpack(&cis__open_local_reply__descriptor, res.msg, res.msg_len,
+			                   (ProtobufCMessage **)&rep) < 0)
+				die("open local: malformed reply");
+			fd = res.fd;
+			res.fd = -1;
+			cis_rpc_result_free(&res);
+			break;
+		}
+		/* Not cached yet: the worker started its fetch. Read the block
+		 * over the socket as a client would (joining that fetch), then
+		 * it opens locally. */
+		fprintf(stderr, "worker_client: open local: %s\n", em.text);
+		rc = read_range(c, f, index, 0, 0, &rd, &em);
+		free(rd.buf);
+		if (rc < 0 || rd.err)
+			die("read after open local said not cached: %s", cis_errmsg_or(&em, rc));
+	}
 	if (fd < 0)
 		die("open local: no fd passed");
 	if (fcntl(fd, F_GETFL) & (O_WRONLY | O_RDWR))
