@@ -1,6 +1,7 @@
 /* The cistern CLI: shared helpers for the command files (cmd_*.c). Each
  * command gets argv starting at its own name, prints human-readable output
- * (or JSON with --json) and returns the process exit status. */
+ * (or JSON with --json) and returns 0 or a negative code; main() turns that
+ * into the exit status (cli_exit_status). */
 #ifndef CISTERN_CLI_H
 #define CISTERN_CLI_H
 
@@ -10,6 +11,12 @@
 #include <jansson.h>
 
 #include "cistern/config.h"
+#include "cistern/error.h"
+
+/* A usage error (bad flag or arguments), already reported: exit status 2.
+ * Every other negative code is exit status 1. Commands must not pass a
+ * lower layer's -CIS_E_CONFIG through when it is not a usage error. */
+#define CLI_E_USAGE (-CIS_E_CONFIG)
 
 typedef struct cli_ctx {
 	char base[300]; /* "http://127.0.0.1:19601" */
@@ -21,36 +28,70 @@ typedef struct cli_cmd {
 	int (*fn)(cli_ctx *c, int argc, char **argv);
 } cli_cmd;
 
-/* Parse a command's flags (opts gains --json and --help handling by the
- * caller). Returns 0 and *cfg, or the exit status to return at once (0
- * after --help, 2 on a usage error). */
+/* The option table of a command whose only flag is --json. */
+extern const cis_opt cli_json_opts[];
+
+/* The process exit status for a command's result: 0 for 0, 2 for
+ * CLI_E_USAGE, 1 for any other negative code. */
+int cli_exit_status(int rc);
+
+/* Parse a command's flags (--help is handled here). Returns 0 with *cfg
+ * (the caller frees it) when the command should go on; 0 with *cfg NULL
+ * after --help printed the usage, when the command is done; CLI_E_USAGE,
+ * *cfg NULL, after printing a usage error. Callers:
+ *	if ((rc = cli_parse(...)) || !cfg) return rc; */
 int cli_parse(const cis_opt *opts, const char *synopsis, int argc, char **argv, cis_config **cfg);
-/* Call the admin API. On success (2xx) returns 0 with *out the body. On
- * failure prints "cistern: WHAT: ERROR" and returns 1. */
+
+/* Copy positional argument idx of cfg into *path (the caller frees it),
+ * trailing slashes stripped, and, if what is not NULL, write "CMD PATH"
+ * there for messages. Returns 0, or -ENOMEM after printing the error. */
+int cli_path_arg(const cis_config *cfg, size_t idx, const char *cmd, char **path, char *what,
+                 size_t what_len);
+
+/* cli_path_arg for a command that takes exactly one PATH; CLI_E_USAGE,
+ * *path NULL, after "cistern: CMD: need PATH" when it got another count. */
+int cli_one_path(const cis_config *cfg, const char *cmd, char **path, char *what, size_t what_len);
+
+/* Call the admin API: method on path, with ?path=QUERY_PATH (escaped) and
+ * &EXTRA_QUERY appended when given. On success (2xx) returns 0 with *out
+ * the body (the caller's). On failure prints "cistern: WHAT: ERROR" and
+ * returns a negative code (never CLI_E_USAGE), *out NULL. */
 int cli_api(cli_ctx *c, const char *method, const char *path, const char *query_path,
             const char *extra_query, const json_t *body, json_t **out, const char *what);
+
+/* Print j as indented JSON if json, else the formatted line. */
+void cli_print_reply(const json_t *j, bool json, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void cli_print_json(const json_t *j);
+/* The whole of a command that takes only --json: GET api_path, then print
+ * the reply as JSON or through print. Errors name the command (argv[0]).
+ * Returns as a command does. */
+int cli_get_and_print(cli_ctx *c, int argc, char **argv, const char *synopsis, const char *api_path,
+                      void (*print)(const json_t *reply));
 /* "2026-11-22 14:10" in local time. */
 void cli_fmt_time(int64_t ns, char *out, size_t len);
 /* Strip trailing slashes in place ("/a/" -> "/a", "/" stays). */
 void cli_trim_path(char *p);
+/* Member k of o as an integer (0 if missing) or a string ("" if missing). */
+long long cli_jint(const json_t *o, const char *k);
+const char *cli_jstr(const json_t *o, const char *k);
 
-int cmd_mount(cli_ctx *c, int argc, char **argv);
-int cmd_unmount(cli_ctx *c, int argc, char **argv);
-int cmd_mounts(cli_ctx *c, int argc, char **argv);
-int cmd_ls(cli_ctx *c, int argc, char **argv);
-int cmd_stat(cli_ctx *c, int argc, char **argv);
-int cmd_sync(cli_ctx *c, int argc, char **argv);
-int cmd_report(cli_ctx *c, int argc, char **argv);
-int cmd_workers(cli_ctx *c, int argc, char **argv);
-int cmd_local(cli_ctx *c, int argc, char **argv);
-int cmd_load(cli_ctx *c, int argc, char **argv);
-int cmd_free(cli_ctx *c, int argc, char **argv);
-int cmd_jobs(cli_ctx *c, int argc, char **argv);
-int cmd_job(cli_ctx *c, int argc, char **argv);
-int cmd_setrep(cli_ctx *c, int argc, char **argv);
-int cmd_pin(cli_ctx *c, int argc, char **argv);
-int cmd_unpin(cli_ctx *c, int argc, char **argv);
-int cmd_ttl(cli_ctx *c, int argc, char **argv);
+int cli_cmd_mount(cli_ctx *c, int argc, char **argv);
+int cli_cmd_unmount(cli_ctx *c, int argc, char **argv);
+int cli_cmd_mounts(cli_ctx *c, int argc, char **argv);
+int cli_cmd_ls(cli_ctx *c, int argc, char **argv);
+int cli_cmd_stat(cli_ctx *c, int argc, char **argv);
+int cli_cmd_sync(cli_ctx *c, int argc, char **argv);
+int cli_cmd_report(cli_ctx *c, int argc, char **argv);
+int cli_cmd_workers(cli_ctx *c, int argc, char **argv);
+int cli_cmd_local(cli_ctx *c, int argc, char **argv);
+int cli_cmd_load(cli_ctx *c, int argc, char **argv);
+int cli_cmd_free(cli_ctx *c, int argc, char **argv);
+int cli_cmd_jobs(cli_ctx *c, int argc, char **argv);
+int cli_cmd_job(cli_ctx *c, int argc, char **argv);
+int cli_cmd_setrep(cli_ctx *c, int argc, char **argv);
+int cli_cmd_pin(cli_ctx *c, int argc, char **argv);
+int cli_cmd_unpin(cli_ctx *c, int argc, char **argv);
+int cli_cmd_ttl(cli_ctx *c, int argc, char **argv);
 
 #endif

@@ -3,6 +3,7 @@
  * every few seconds otherwise) unless --detach. The CLI keeps only the
  * latest job record in memory, whatever the file count: the master sends
  * counts and at most a page of failures. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,22 +30,12 @@ static const cis_opt free_opts[] = {
     CIS_OPT_END,
 };
 
+/* For `job`; `jobs` takes only --json (cli_json_opts). */
 static const cis_opt job_opts[] = {
     {"json", NULL, NULL, "print JSON", false, 0},
     {"limit", "N", "100", "failures to show (at most 1000)", false, 0},
     CIS_OPT_END,
 };
-
-static long long jint(const json_t *o, const char *k)
-{
-	return (long long)json_integer_value(json_object_get(o, k));
-}
-
-static const char *jstr(const json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-	return s ? s : "";
-}
 
 static void fmt_eta(double secs, char *out, size_t len)
 {
@@ -66,9 +57,9 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 	const json_t *c = json_object_get(j, "counts");
 	if (!p)
 		p = c;
-	long long files = jint(c, "files"), seen = jint(j, "files_seen");
-	long long bytes_seen = jint(j, "bytes_seen"), loaded = jint(p, "bytes_loaded");
-	long long failed = jint(c, "files_failed");
+	long long files = cli_jint(c, "files"), seen = cli_jint(j, "files_seen");
+	long long bytes_seen = cli_jint(j, "bytes_seen"), loaded = cli_jint(p, "bytes_loaded");
+	long long failed = cli_jint(c, "files_failed");
 	bool listed = json_is_true(json_object_get(j, "listing_done"));
 	double frac = seen ? (double)files / (double)seen : 0;
 	double rate = elapsed_s > 0 ? (double)loaded / elapsed_s : 0;
@@ -91,7 +82,7 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 		    bar, files, seen, listed ? "" : "+", bs, ts, rs, eta, failed);
 	} else {
 		printf("job %lld: %lld/%lld%s files, %s fetched, %s/s, ETA %s, %lld failed\n",
-		       jint(j, "id"), files, seen, listed ? "" : "+", bs, rs, eta, failed);
+		       cli_jint(j, "id"), files, seen, listed ? "" : "+", bs, rs, eta, failed);
 	}
 	fflush(stdout);
 }
@@ -101,50 +92,53 @@ static void print_failures(const json_t *j)
 	size_t i;
 	json_t *f;
 	json_array_foreach(json_object_get(j, "failures"), i, f)
-	    fprintf(stderr, "failed: %s: %s\n", jstr(f, "path"), jstr(f, "error"));
-	long long total = jint(j, "failures_total"),
+	    fprintf(stderr, "failed: %s: %s\n", cli_jstr(f, "path"), cli_jstr(f, "error"));
+	long long total = cli_jint(j, "failures_total"),
 	          shown = (long long)json_array_size(json_object_get(j, "failures"));
 	if (total > shown)
 		fprintf(stderr, "... and %lld more (cistern job %lld --limit 1000)\n",
-		        total - shown, jint(j, "id"));
+		        total - shown, cli_jint(j, "id"));
 }
 
 static void print_summary(const json_t *j)
 {
 	const json_t *c = json_object_get(j, "counts");
 	char b[32], l[32];
-	if (strcmp(jstr(j, "type"), "load")) {
+	if (strcmp(cli_jstr(j, "type"), "load")) {
 		/* free, pin, unpin: tasks_loaded counts the blocks the workers changed */
-		cis_fmt_size((uint64_t)jint(c, "bytes"), b, sizeof(b));
+		cis_fmt_size((uint64_t)cli_jint(c, "bytes"), b, sizeof(b));
 		printf("job %lld %s %s: %s, %lld files (%s), %lld blocks; %lld block copies %s\n",
-		       jint(j, "id"), jstr(j, "type"), jstr(j, "path"), jstr(j, "state"),
-		       jint(c, "files"), b, jint(c, "blocks"), jint(c, "tasks_loaded"),
-		       !strcmp(jstr(j, "type"), "free") ? "freed" : "changed");
-		if (jstr(j, "error")[0])
-			printf("error: %s\n", jstr(j, "error"));
+		       cli_jint(j, "id"), cli_jstr(j, "type"), cli_jstr(j, "path"),
+		       cli_jstr(j, "state"), cli_jint(c, "files"), b, cli_jint(c, "blocks"),
+		       cli_jint(c, "tasks_loaded"),
+		       !strcmp(cli_jstr(j, "type"), "free") ? "freed" : "changed");
+		if (cli_jstr(j, "error")[0])
+			printf("error: %s\n", cli_jstr(j, "error"));
 		return;
 	}
-	cis_fmt_size((uint64_t)jint(c, "bytes"), b, sizeof(b));
-	cis_fmt_size((uint64_t)jint(c, "bytes_loaded"), l, sizeof(l));
+	cis_fmt_size((uint64_t)cli_jint(c, "bytes"), b, sizeof(b));
+	cis_fmt_size((uint64_t)cli_jint(c, "bytes_loaded"), l, sizeof(l));
 	printf("job %lld %s %s: %s, %lld files (%s), %lld blocks; %lld fetched (%s), %lld already "
 	       "cached, %lld failed; %lld files failed\n",
-	       jint(j, "id"), jstr(j, "type"), jstr(j, "path"), jstr(j, "state"), jint(c, "files"),
-	       b, jint(c, "blocks"), jint(c, "tasks_loaded"), l, jint(c, "tasks_cached"),
-	       jint(c, "tasks_failed"), jint(c, "files_failed"));
-	if (jstr(j, "error")[0])
-		printf("error: %s\n", jstr(j, "error"));
+	       cli_jint(j, "id"), cli_jstr(j, "type"), cli_jstr(j, "path"), cli_jstr(j, "state"),
+	       cli_jint(c, "files"), b, cli_jint(c, "blocks"), cli_jint(c, "tasks_loaded"), l,
+	       cli_jint(c, "tasks_cached"), cli_jint(c, "tasks_failed"),
+	       cli_jint(c, "files_failed"));
+	if (cli_jstr(j, "error")[0])
+		printf("error: %s\n", cli_jstr(j, "error"));
 }
 
-static int job_status(const json_t *j)
+/* Whether the job ended done with every file loaded. */
+static bool job_succeeded(const json_t *j)
 {
-	return strcmp(jstr(j, "state"), "done") ||
-	               jint(json_object_get(j, "counts"), "files_failed") ||
-	               jint(j, "failures_total")
-	           ? 1
-	           : 0;
+	return !strcmp(cli_jstr(j, "state"), "done") &&
+	       !cli_jint(json_object_get(j, "counts"), "files_failed") &&
+	       !cli_jint(j, "failures_total");
 }
 
-/* Poll the job until it ends. Returns the exit status. */
+/* Poll the job until it ends. Returns 0, -EIO when the job failed, was
+ * cancelled or left files unloaded (its summary says which), or cli_api's
+ * code. */
 static int wait_job(cli_ctx *c, long long id, bool json)
 {
 	char q[64];
@@ -153,11 +147,12 @@ static int wait_job(cli_ctx *c, long long id, bool json)
 	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=100", id);
 	for (;;) {
 		json_t *o;
-		if (cli_api(c, "GET", q, NULL, NULL, NULL, &o, "job"))
-			return 1;
+		int rc = cli_api(c, "GET", q, NULL, NULL, NULL, &o, "job");
+		if (rc)
+			return rc;
 		json_t *j = json_object_get(o, "job");
 		uint64_t now = cis_mono_ms();
-		bool running = !strcmp(jstr(j, "state"), "running");
+		bool running = !strcmp(cli_jstr(j, "state"), "running");
 		if (!json && (tty || now - last_line >= 5000 || !running)) {
 			show_progress(j, (double)(now - start) / 1000.0, tty);
 			last_line = now;
@@ -165,7 +160,7 @@ static int wait_job(cli_ctx *c, long long id, bool json)
 		if (!running) {
 			if (tty)
 				printf("\n");
-			int rc = job_status(j);
+			rc = job_succeeded(j) ? 0 : -EIO;
 			if (json) {
 				cli_print_json(j);
 			} else {
@@ -187,7 +182,7 @@ static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool 
 	json_decref(body);
 	if (rc)
 		return rc;
-	long long id = jint(json_object_get(out, "job"), "id");
+	long long id = cli_jint(json_object_get(out, "job"), "id");
 	json_decref(out);
 	if (detach) {
 		if (json)
@@ -199,96 +194,80 @@ static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool 
 	return wait_job(c, id, json);
 }
 
-int cmd_load(cli_ctx *c, int argc, char **argv)
+int cli_cmd_load(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
 	cis_errmsg em = {{0}};
+	char *path, what[4200];
+	int64_t rep, par;
+	uint64_t bw = 0;
 	int rc = cli_parse(load_opts,
 	                   "cistern load PATH [--replicas N] [--parallel N] [--bandwidth RATE] "
 	                   "[--verify] [--metadata-only] [--detach] [--json]",
 	                   argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
-	int64_t rep, par;
-	uint64_t bw = 0;
-	if (cis_config_npos(cfg) != 1) {
-		fprintf(stderr, "cistern: load: need PATH\n");
-		cis_config_free(cfg);
-		return 2;
-	}
+	rc = cli_one_path(cfg, "load", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
 	if (cis_config_int(cfg, "replicas", 1, 64, &rep, &em) ||
 	    cis_config_int(cfg, "parallel", 1, 256, &par, &em) ||
 	    (cis_config_str(cfg, "bandwidth") && cis_config_size(cfg, "bandwidth", &bw, &em))) {
 		fprintf(stderr, "cistern: load: %s\n", em.text);
-		cis_config_free(cfg);
-		return 2;
+		rc = CLI_E_USAGE;
+		goto out_path;
 	}
-	char *path = strdup(cis_config_pos(cfg, 0));
-	char what[4200];
-	cli_trim_path(path);
-	snprintf(what, sizeof(what), "load %s", path);
 	json_t *body = json_pack(
 	    "{s:s, s:s, s:I, s:I, s:I, s:b, s:b}", "type", "load", "path", path, "replicas",
 	    (json_int_t)rep, "parallel", (json_int_t)par, "bandwidth", (json_int_t)bw, "verify",
 	    cis_config_bool(cfg, "verify"), "metadata_only", cis_config_bool(cfg, "metadata-only"));
 	rc = submit(c, body, what, cis_config_bool(cfg, "detach"), cis_config_bool(cfg, "json"));
+out_path:
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }
 
-int cmd_free(cli_ctx *c, int argc, char **argv)
+int cli_cmd_free(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
+	char *path, what[4200];
 	int rc = cli_parse(free_opts, "cistern free PATH [--detach] [--json]", argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
-	if (cis_config_npos(cfg) != 1) {
-		fprintf(stderr, "cistern: free: need PATH\n");
-		cis_config_free(cfg);
-		return 2;
-	}
-	char *path = strdup(cis_config_pos(cfg, 0));
-	char what[4200];
-	cli_trim_path(path);
-	snprintf(what, sizeof(what), "free %s", path);
+	rc = cli_one_path(cfg, "free", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
 	json_t *body = json_pack("{s:s, s:s}", "type", "free", "path", path);
 	rc = submit(c, body, what, cis_config_bool(cfg, "detach"), cis_config_bool(cfg, "json"));
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }
 
-int cmd_jobs(cli_ctx *c, int argc, char **argv)
+static void print_jobs(const json_t *o)
 {
-	cis_config *cfg;
-	int rc = cli_parse(job_opts, "cistern jobs [--json]", argc, argv, &cfg);
-	if (rc >= 0)
-		return rc;
-	json_t *o;
-	rc = cli_api(c, "GET", "/api/v1/jobs", NULL, NULL, NULL, &o, "jobs");
-	if (!rc) {
-		if (cis_config_bool(cfg, "json")) {
-			cli_print_json(o);
-		} else {
-			size_t i;
-			json_t *j;
-			printf("%-6s %-6s %-10s %8s %8s %10s  %s\n", "ID", "TYPE", "STATE", "FILES",
-			       "FAILED", "BYTES", "PATH");
-			json_array_foreach(json_object_get(o, "jobs"), i, j)
-			{
-				const json_t *cn = json_object_get(j, "counts");
-				char b[32];
-				cis_fmt_size((uint64_t)jint(cn, "bytes"), b, sizeof(b));
-				printf("%-6lld %-6s %-10s %8lld %8lld %10s  %s\n", jint(j, "id"),
-				       jstr(j, "type"), jstr(j, "state"), jint(cn, "files"),
-				       jint(cn, "files_failed"), b, jstr(j, "path"));
-			}
-		}
-		json_decref(o);
+	size_t i;
+	json_t *j;
+	printf("%-6s %-6s %-10s %8s %8s %10s  %s\n", "ID", "TYPE", "STATE", "FILES", "FAILED",
+	       "BYTES", "PATH");
+	json_array_foreach(json_object_get(o, "jobs"), i, j)
+	{
+		const json_t *cn = json_object_get(j, "counts");
+		char b[32];
+		cis_fmt_size((uint64_t)cli_jint(cn, "bytes"), b, sizeof(b));
+		printf("%-6lld %-6s %-10s %8lld %8lld %10s  %s\n", cli_jint(j, "id"),
+		       cli_jstr(j, "type"), cli_jstr(j, "state"), cli_jint(cn, "files"),
+		       cli_jint(cn, "files_failed"), b, cli_jstr(j, "path"));
 	}
-	cis_config_free(cfg);
-	return rc;
+}
+
+int cli_cmd_jobs(cli_ctx *c, int argc, char **argv)
+{
+	return cli_get_and_print(c, argc, argv, "cistern jobs [--json]", "/api/v1/jobs",
+	                         print_jobs);
 }
 
 static int parse_id(const char *s, long long *id)
@@ -298,12 +277,12 @@ static int parse_id(const char *s, long long *id)
 	return *end || *id <= 0 ? -1 : 0;
 }
 
-int cmd_job(cli_ctx *c, int argc, char **argv)
+int cli_cmd_job(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
 	int rc = cli_parse(job_opts, "cistern job ID [--json] [--limit N] | cistern job cancel ID",
 	                   argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
 	size_t np = cis_config_npos(cfg);
 	bool cancel = np == 2 && !strcmp(cis_config_pos(cfg, 0), "cancel");
@@ -312,13 +291,13 @@ int cmd_job(cli_ctx *c, int argc, char **argv)
 	cis_errmsg em = {{0}};
 	if ((np != 1 && !cancel) || parse_id(cis_config_pos(cfg, np - 1), &id)) {
 		fprintf(stderr, "cistern: job: need a job ID (or: cancel ID)\n");
-		cis_config_free(cfg);
-		return 2;
+		rc = CLI_E_USAGE;
+		goto out_cfg;
 	}
 	if (cis_config_int(cfg, "limit", 0, 1000, &limit, &em)) {
 		fprintf(stderr, "cistern: job: %s\n", em.text);
-		cis_config_free(cfg);
-		return 2;
+		rc = CLI_E_USAGE;
+		goto out_cfg;
 	}
 	json_t *o;
 	char what[64];
@@ -328,10 +307,8 @@ int cmd_job(cli_ctx *c, int argc, char **argv)
 		rc = cli_api(c, "POST", "/api/v1/job/cancel", NULL, NULL, body, &o, what);
 		json_decref(body);
 		if (!rc) {
-			if (cis_config_bool(cfg, "json"))
-				cli_print_json(o);
-			else
-				printf("job %lld cancelled\n", id);
+			cli_print_reply(o, cis_config_bool(cfg, "json"), "job %lld cancelled\n",
+			                id);
 			json_decref(o);
 		}
 	} else {
@@ -349,6 +326,7 @@ int cmd_job(cli_ctx *c, int argc, char **argv)
 			json_decref(o);
 		}
 	}
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }

@@ -1025,6 +1025,13 @@ static pid_t read_pid(const char *state)
 	return pid > 0 ? pid : 0;
 }
 
+/* rc, a reported failure, as a command result: a -CIS_E_CONFIG found
+ * after parsing (no HOME, a bad --option) is no usage error, exit status 1. */
+static int not_usage(int rc)
+{
+	return rc == CLI_E_USAGE ? -EINVAL : rc;
+}
+
 static int local_stop(const cis_config *cfg, const char *mnt_arg)
 {
 	char mnt[PATH_MAX], state[PATH_MAX];
@@ -1035,7 +1042,7 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 	if ((rc = abs_mountpoint(mnt_arg, mnt, sizeof(mnt), &em)) < 0 ||
 	    (rc = resolve_state_dir(cfg, mnt, state, sizeof(state), &em)) < 0) {
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
-		return 1;
+		return not_usage(rc);
 	}
 	pid = read_pid(state);
 	if (pid > 0 && kill(pid, 0) == 0) {
@@ -1047,7 +1054,7 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		if (kill(pid, 0) == 0) {
 			fprintf(stderr, "cistern local: pid %d did not stop; see %s/logs\n",
 			        (int)pid, state);
-			return 1;
+			return -ETIMEDOUT;
 		}
 		printf("cistern local: stopped %s (pid %d)\n", mnt, (int)pid);
 		return 0;
@@ -1057,14 +1064,14 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		unmount_fuse(mnt);
 		if (mounted_fuse(mnt)) {
 			fprintf(stderr, "cistern local: %s: cannot unmount (busy?)\n", mnt);
-			return 1;
+			return -EBUSY;
 		}
 		printf("cistern local: unmounted a stale mount at %s\n", mnt);
 		return 0;
 	}
 	fprintf(stderr, "cistern local: %s: no cistern local running for it (state %s)\n", mnt,
 	        state);
-	return 1;
+	return -ESRCH;
 }
 
 static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_errmsg *em)
@@ -1190,7 +1197,7 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	return 0;
 }
 
-int cmd_local(cli_ctx *c, int argc, char **argv)
+int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg = NULL;
 	cis_errmsg em = {{0}};
@@ -1212,13 +1219,13 @@ int cmd_local(cli_ctx *c, int argc, char **argv)
 	}
 	if (rc < 0) {
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
-		return 2;
+		return CLI_E_USAGE;
 	}
 	s.cfg = cfg;
 	if (cis_config_bool(cfg, "stop")) {
 		if (cis_config_npos(cfg) != 1) {
 			fprintf(stderr, "cistern local: --stop takes one MOUNTPOINT\n");
-			rc = 2;
+			rc = CLI_E_USAGE;
 		} else {
 			rc = local_stop(cfg, cis_config_pos(cfg, 0));
 		}
@@ -1228,7 +1235,7 @@ int cmd_local(cli_ctx *c, int argc, char **argv)
 	if (cis_config_npos(cfg) != 2) {
 		cis_config_usage(local_opts, stderr, local_synopsis);
 		cis_config_free(cfg);
-		return 2;
+		return CLI_E_USAGE;
 	}
 	s.uri = cis_config_pos(cfg, 0);
 	fg = cis_config_bool(cfg, "foreground");
@@ -1251,25 +1258,25 @@ int cmd_local(cli_ctx *c, int argc, char **argv)
 
 	if (fg) {
 		sigprocmask(SIG_BLOCK, &s.sigs, NULL);
-		rc = supervise(&s, -1) ? -1 : 0;
+		rc = supervise(&s, -1) ? -ECHILD : 0; /* it reported why */
 		goto out_lock;
 	}
 
 	/* Background: fork the supervisor; it reports one line through a
 	 * pipe, which we print; EOF without a line means it died. */
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		fprintf(stderr, "cistern local: pipe: %s\n", strerror(errno));
-		rc = -1;
+		rc = -errno;
+		fprintf(stderr, "cistern local: pipe: %s\n", strerror(-rc));
 		goto out_lock;
 	}
 	fflush(NULL);
 	pid_t pid = fork();
 
 	if (pid < 0) {
-		fprintf(stderr, "cistern local: fork: %s\n", strerror(errno));
+		rc = -errno;
+		fprintf(stderr, "cistern local: fork: %s\n", strerror(-rc));
 		close(pipefd[0]);
 		close(pipefd[1]);
-		rc = -1;
 		goto out_lock;
 	}
 	if (pid == 0) {
@@ -1321,12 +1328,12 @@ int cmd_local(cli_ctx *c, int argc, char **argv)
 				        "%s/logs)\n",
 				        s.state);
 			waitpid(pid, &st, 0);
-			rc = -1;
+			rc = -ECHILD; /* the supervisor failed */
 		}
 	}
 out_lock:
 	if (lock_fd >= 0)
 		close(lock_fd);
 	cis_config_free(cfg);
-	return rc < 0 ? 1 : 0;
+	return not_usage(rc);
 }

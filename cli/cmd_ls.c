@@ -1,4 +1,5 @@
 /* cistern ls / stat. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,21 +56,27 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 		{
 			if (!js)
 				print_entry(e, lng);
-			if (rec && !strcmp(json_string_value(json_object_get(e, "type")), "dir")) {
+			if (!rc && rec &&
+			    !strcmp(json_string_value(json_object_get(e, "type")), "dir")) {
 				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
 				if (ns) {
 					subs = ns;
-					subs[nsubs++] =
+					subs[nsubs] =
 					    strdup(json_string_value(json_object_get(e, "path")));
+				}
+				if (!ns || !subs[nsubs++]) {
+					/* the rest of this page still prints */
+					fprintf(stderr, "cistern: %s: out of memory\n", what);
+					rc = -ENOMEM;
 				}
 			}
 		}
-		eof = json_is_true(json_object_get(out, "eof"));
+		eof = rc || json_is_true(json_object_get(out, "eof"));
 		cookie = (uint64_t)json_integer_value(json_object_get(out, "next_cookie"));
 		json_decref(out);
 	}
 	for (size_t i = 0; i < nsubs; i++) {
-		if (!rc && subs[i])
+		if (!rc)
 			rc = ls_one(c, subs[i], lng, rec, js, !js);
 		free(subs[i]);
 	}
@@ -77,42 +84,40 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 	return rc;
 }
 
-int cmd_ls(cli_ctx *c, int argc, char **argv)
+int cli_cmd_ls(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
+	char *path;
 	int rc = cli_parse(ls_opts, "cistern ls [-l] [-R] [--json] PATH", argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
-	char *path = strdup(cis_config_npos(cfg) ? cis_config_pos(cfg, 0) : "/");
-	cli_trim_path(path);
+	if (cis_config_npos(cfg)) {
+		rc = cli_path_arg(cfg, 0, "ls", &path, NULL, 0);
+	} else if (!(path = strdup("/"))) {
+		fprintf(stderr, "cistern: ls: out of memory\n");
+		rc = -ENOMEM;
+	}
+	if (rc)
+		goto out_cfg;
 	rc = ls_one(c, path, cis_config_bool(cfg, "long"), cis_config_bool(cfg, "recursive"),
 	            cis_config_bool(cfg, "json"), false);
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }
 
-static const cis_opt stat_opts[] = {
-    {"json", NULL, NULL, "print JSON", false, 0},
-    CIS_OPT_END,
-};
-
-int cmd_stat(cli_ctx *c, int argc, char **argv)
+int cli_cmd_stat(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
-	int rc = cli_parse(stat_opts, "cistern stat [--json] PATH", argc, argv, &cfg);
-	if (rc >= 0)
-		return rc;
-	if (cis_config_npos(cfg) != 1) {
-		fprintf(stderr, "cistern: stat: need PATH\n");
-		cis_config_free(cfg);
-		return 2;
-	}
-	char *path = strdup(cis_config_pos(cfg, 0));
-	char what[4200];
-	cli_trim_path(path);
-	snprintf(what, sizeof(what), "stat %s", path);
+	char *path, what[4200];
 	json_t *o;
+	int rc = cli_parse(cli_json_opts, "cistern stat [--json] PATH", argc, argv, &cfg);
+	if (rc || !cfg)
+		return rc;
+	rc = cli_one_path(cfg, "stat", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
 	rc = cli_api(c, "GET", "/api/v1/stat", path, NULL, NULL, &o, what);
 	if (!rc) {
 		if (cis_config_bool(cfg, "json")) {
@@ -152,6 +157,7 @@ int cmd_stat(cli_ctx *c, int argc, char **argv)
 		json_decref(o);
 	}
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }

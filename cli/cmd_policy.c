@@ -12,11 +12,6 @@ static const cis_opt setrep_opts[] = {
     CIS_OPT_END,
 };
 
-static const cis_opt plain_opts[] = {
-    {"json", NULL, NULL, "print JSON", false, 0},
-    CIS_OPT_END,
-};
-
 static int post_policy(cli_ctx *c, cis_config *cfg, json_t *body, const char *what)
 {
 	json_t *out;
@@ -45,40 +40,43 @@ static int post_policy(cli_ctx *c, cis_config *cfg, json_t *body, const char *wh
 	return 0;
 }
 
-static char *one_path(cis_config *cfg, size_t want, const char *cmd)
+/* PATH (the first of want positional arguments) in *path and "CMD PATH" in
+ * what. Returns 0, CLI_E_USAGE or -ENOMEM, each failure reported. */
+static int one_path(const cis_config *cfg, size_t want, const char *cmd, char **path, char *what,
+                    size_t what_len)
 {
+	*path = NULL;
 	if (cis_config_npos(cfg) != want) {
 		fprintf(stderr, "cistern: %s: wrong arguments (see cistern %s --help)\n", cmd, cmd);
-		return NULL;
+		return CLI_E_USAGE;
 	}
-	char *p = strdup(cis_config_pos(cfg, 0));
-	if (p)
-		cli_trim_path(p);
-	return p;
+	return cli_path_arg(cfg, 0, cmd, path, what, what_len);
 }
 
-int cmd_setrep(cli_ctx *c, int argc, char **argv)
+int cli_cmd_setrep(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
+	char *path, *end, what[4200];
+	long long n;
 	int rc = cli_parse(setrep_opts, "cistern setrep PATH N [-R]", argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
-	char *path = one_path(cfg, 2, "setrep"), *end;
-	long long n = path ? strtoll(cis_config_pos(cfg, 1), &end, 10) : 0;
-	if (!path || *end || n < 1 || n > 64) {
-		if (path)
-			fprintf(stderr, "cistern: setrep: N must be 1..64\n");
-		free(path);
-		cis_config_free(cfg);
-		return 2;
+	rc = one_path(cfg, 2, "setrep", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
+	n = strtoll(cis_config_pos(cfg, 1), &end, 10);
+	if (*end || n < 1 || n > 64) {
+		fprintf(stderr, "cistern: setrep: N must be 1..64\n");
+		rc = CLI_E_USAGE;
+		goto out_path;
 	}
-	char what[4200];
-	snprintf(what, sizeof(what), "setrep %s", path);
 	rc = post_policy(c, cfg,
 	                 json_pack("{s:s, s:I, s:b}", "path", path, "replicas", (json_int_t)n,
 	                           "recursive", cis_config_bool(cfg, "recursive")),
 	                 what);
+out_path:
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }
@@ -87,56 +85,54 @@ static int pin_common(cli_ctx *c, int argc, char **argv, bool pin)
 {
 	cis_config *cfg;
 	const char *cmd = pin ? "pin" : "unpin";
-	int rc = cli_parse(plain_opts, pin ? "cistern pin PATH" : "cistern unpin PATH", argc, argv,
-	                   &cfg);
-	if (rc >= 0)
+	char *path, what[4200];
+	int rc = cli_parse(cli_json_opts, pin ? "cistern pin PATH" : "cistern unpin PATH", argc,
+	                   argv, &cfg);
+	if (rc || !cfg)
 		return rc;
-	char *path = one_path(cfg, 1, cmd);
-	if (!path) {
-		cis_config_free(cfg);
-		return 2;
-	}
-	char what[4200];
-	snprintf(what, sizeof(what), "%s %s", cmd, path);
-	rc = post_policy(c, cfg, json_pack("{s:s, s:b}", "path", path, "pin", pin), what);
+	rc = one_path(cfg, 1, cmd, &path, what, sizeof(what));
+	if (!rc)
+		rc = post_policy(c, cfg, json_pack("{s:s, s:b}", "path", path, "pin", pin), what);
 	free(path);
 	cis_config_free(cfg);
 	return rc;
 }
 
-int cmd_pin(cli_ctx *c, int argc, char **argv)
+int cli_cmd_pin(cli_ctx *c, int argc, char **argv)
 {
 	return pin_common(c, argc, argv, true);
 }
 
-int cmd_unpin(cli_ctx *c, int argc, char **argv)
+int cli_cmd_unpin(cli_ctx *c, int argc, char **argv)
 {
 	return pin_common(c, argc, argv, false);
 }
 
-int cmd_ttl(cli_ctx *c, int argc, char **argv)
+int cli_cmd_ttl(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
-	int rc = cli_parse(plain_opts, "cistern ttl PATH SECONDS|off", argc, argv, &cfg);
-	if (rc >= 0)
+	char *path, *end = NULL, what[4200];
+	long long n;
+	int rc = cli_parse(cli_json_opts, "cistern ttl PATH SECONDS|off", argc, argv, &cfg);
+	if (rc || !cfg)
 		return rc;
-	char *path = one_path(cfg, 2, "ttl"), *end = NULL;
-	const char *v = path ? cis_config_pos(cfg, 1) : "";
+	rc = one_path(cfg, 2, "ttl", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
+	const char *v = cis_config_pos(cfg, 1);
 	bool off = !strcmp(v, "off");
-	long long n = off ? 0 : strtoll(v, &end, 10);
-	if (!path || (!off && (*end || n < 1))) {
-		if (path)
-			fprintf(stderr, "cistern: ttl: want SECONDS (> 0) or off\n");
-		free(path);
-		cis_config_free(cfg);
-		return 2;
+	n = off ? 0 : strtoll(v, &end, 10);
+	if (!off && (*end || n < 1)) {
+		fprintf(stderr, "cistern: ttl: want SECONDS (> 0) or off\n");
+		rc = CLI_E_USAGE;
+		goto out_path;
 	}
-	char what[4200];
-	snprintf(what, sizeof(what), "ttl %s", path);
 	json_t *body = off ? json_pack("{s:s, s:s}", "path", path, "ttl", "off")
 	                   : json_pack("{s:s, s:I}", "path", path, "ttl", (json_int_t)n);
 	rc = post_policy(c, cfg, body, what);
+out_path:
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }

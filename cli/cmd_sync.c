@@ -11,35 +11,29 @@ static const cis_opt sync_opts[] = {
     CIS_OPT_END,
 };
 
-int cmd_sync(cli_ctx *c, int argc, char **argv)
+int cli_cmd_sync(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
+	json_t *body, *out;
+	char *path, what[4200];
 	int rc = cli_parse(sync_opts, "cistern sync [-R] PATH", argc, argv, &cfg);
-	if (rc >= 0)
+	if (rc || !cfg)
 		return rc;
-	if (cis_config_npos(cfg) != 1) {
-		fprintf(stderr, "cistern: sync: need PATH\n");
-		cis_config_free(cfg);
-		return 2;
-	}
-	char *path = strdup(cis_config_pos(cfg, 0));
-	char what[4200];
-	cli_trim_path(path);
-	snprintf(what, sizeof(what), "sync %s", path);
-	json_t *body = json_pack("{s:s, s:b}", "path", path, "recursive",
-	                         cis_config_bool(cfg, "recursive")),
-	       *out;
+	rc = cli_one_path(cfg, "sync", &path, what, sizeof(what));
+	if (rc)
+		goto out_cfg;
+	body =
+	    json_pack("{s:s, s:b}", "path", path, "recursive", cis_config_bool(cfg, "recursive"));
 	rc = cli_api(c, "POST", "/api/v1/sync", NULL, NULL, body, &out, what);
 	json_decref(body);
 	if (!rc) {
-		if (cis_config_bool(cfg, "json"))
-			cli_print_json(out);
-		else
-			printf("synced %s (%lld directories listed)\n", path,
-			       (long long)json_integer_value(json_object_get(out, "dirs_synced")));
+		cli_print_reply(out, cis_config_bool(cfg, "json"),
+		                "synced %s (%lld directories listed)\n", path,
+		                cli_jint(out, "dirs_synced"));
 		json_decref(out);
 	}
 	free(path);
+out_cfg:
 	cis_config_free(cfg);
 	return rc;
 }

@@ -2,6 +2,8 @@
  * master's admin address comes from --api, else CISTERN_API, else
  * 127.0.0.1:19601. Commands live in a table; each group has its own file. */
 #include <curl/curl.h>
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,23 +14,23 @@
 #include "cli.h"
 
 static const cli_cmd commands[] = {
-    {"mount", "mount a store at a cistern path", cmd_mount},
-    {"unmount", "remove a mount", cmd_unmount},
-    {"mounts", "list the mount table", cmd_mounts},
-    {"ls", "list a directory", cmd_ls},
-    {"stat", "show one file or directory", cmd_stat},
-    {"sync", "re-list a directory from its store now", cmd_sync},
-    {"report", "cluster summary", cmd_report},
-    {"workers", "list live workers", cmd_workers},
-    {"load", "preload a path into the cache (a job)", cmd_load},
-    {"free", "drop a path's blocks from every worker", cmd_free},
-    {"jobs", "list jobs", cmd_jobs},
-    {"job", "show a job, or cancel it (job cancel ID)", cmd_job},
-    {"setrep", "set a path's replication target", cmd_setrep},
-    {"pin", "keep a path's blocks from eviction", cmd_pin},
-    {"unpin", "let a path's blocks be evicted again", cmd_unpin},
-    {"ttl", "free a path's blocks SECONDS after they are loaded", cmd_ttl},
-    {"local", "run master, worker and FUSE client here; mount a store", cmd_local},
+    {"mount", "mount a store at a cistern path", cli_cmd_mount},
+    {"unmount", "remove a mount", cli_cmd_unmount},
+    {"mounts", "list the mount table", cli_cmd_mounts},
+    {"ls", "list a directory", cli_cmd_ls},
+    {"stat", "show one file or directory", cli_cmd_stat},
+    {"sync", "re-list a directory from its store now", cli_cmd_sync},
+    {"report", "cluster summary", cli_cmd_report},
+    {"workers", "list live workers", cli_cmd_workers},
+    {"load", "preload a path into the cache (a job)", cli_cmd_load},
+    {"free", "drop a path's blocks from every worker", cli_cmd_free},
+    {"jobs", "list jobs", cli_cmd_jobs},
+    {"job", "show a job, or cancel it (job cancel ID)", cli_cmd_job},
+    {"setrep", "set a path's replication target", cli_cmd_setrep},
+    {"pin", "keep a path's blocks from eviction", cli_cmd_pin},
+    {"unpin", "let a path's blocks be evicted again", cli_cmd_unpin},
+    {"ttl", "free a path's blocks SECONDS after they are loaded", cli_cmd_ttl},
+    {"local", "run master, worker and FUSE client here; mount a store", cli_cmd_local},
 };
 
 static void usage(FILE *f)
@@ -40,6 +42,18 @@ static void usage(FILE *f)
 	           "address is --api, CISTERN_API or 127.0.0.1:19601.\n");
 }
 
+const cis_opt cli_json_opts[] = {
+    {"json", NULL, NULL, "print JSON", false, 0},
+    CIS_OPT_END,
+};
+
+int cli_exit_status(int rc)
+{
+	if (!rc)
+		return 0;
+	return rc == CLI_E_USAGE ? 2 : 1;
+}
+
 int cli_parse(const cis_opt *opts, const char *synopsis, int argc, char **argv, cis_config **cfg)
 {
 	cis_errmsg em = {{0}};
@@ -47,13 +61,15 @@ int cli_parse(const cis_opt *opts, const char *synopsis, int argc, char **argv, 
 	if (rc == 1) {
 		cis_config_usage(opts, stdout, synopsis);
 		cis_config_free(*cfg);
+		*cfg = NULL;
 		return 0;
 	}
 	if (rc) {
 		fprintf(stderr, "cistern: %s: %s\n", argv[0], cis_errmsg_or(&em, rc));
-		return 2;
+		*cfg = NULL;
+		return CLI_E_USAGE;
 	}
-	return -1; /* go on */
+	return 0;
 }
 
 void cli_trim_path(char *p)
@@ -63,39 +79,73 @@ void cli_trim_path(char *p)
 		p[--l] = 0;
 }
 
+int cli_path_arg(const cis_config *cfg, size_t idx, const char *cmd, char **path, char *what,
+                 size_t what_len)
+{
+	*path = strdup(cis_config_pos(cfg, idx));
+	if (!*path) {
+		fprintf(stderr, "cistern: %s: out of memory\n", cmd);
+		return -ENOMEM;
+	}
+	cli_trim_path(*path);
+	if (what)
+		snprintf(what, what_len, "%s %s", cmd, *path);
+	return 0;
+}
+
+int cli_one_path(const cis_config *cfg, const char *cmd, char **path, char *what, size_t what_len)
+{
+	*path = NULL;
+	if (cis_config_npos(cfg) != 1) {
+		fprintf(stderr, "cistern: %s: need PATH\n", cmd);
+		return CLI_E_USAGE;
+	}
+	return cli_path_arg(cfg, 0, cmd, path, what, what_len);
+}
+
+/* path?path=ESCAPED[&extra] in *url (the caller frees it); 0 or -ENOMEM. */
+static int path_query(const char *path, const char *query_path, const char *extra, char **url)
+{
+	char *esc = curl_easy_escape(NULL, query_path, (int)strlen(query_path));
+	int rc = 0;
+	if (!esc ||
+	    asprintf(url, "%s?path=%s%s%s", path, esc, extra ? "&" : "", extra ? extra : "") < 0) {
+		*url = NULL;
+		rc = -ENOMEM;
+	}
+	curl_free(esc);
+	return rc;
+}
+
 int cli_api(cli_ctx *c, const char *method, const char *path, const char *query_path,
             const char *extra_query, const json_t *body, json_t **out, const char *what)
 {
 	char *url = NULL;
 	cis_errmsg em = {{0}};
 	long status = 0;
+	int rc;
 	*out = NULL;
-	if (query_path) {
-		char *esc = curl_easy_escape(NULL, query_path, (int)strlen(query_path));
-		if (!esc || asprintf(&url, "%s?path=%s%s%s", path, esc, extra_query ? "&" : "",
-		                     extra_query ? extra_query : "") < 0) {
-			curl_free(esc);
-			fprintf(stderr, "cistern: %s: out of memory\n", what);
-			return 1;
-		}
-		curl_free(esc);
+	if (query_path && path_query(path, query_path, extra_query, &url)) {
+		fprintf(stderr, "cistern: %s: out of memory\n", what);
+		return -ENOMEM;
 	}
-	int rc = cis_http_call(c->base, method, url ? url : path, body, 120000, &status, out, &em);
+	rc = cis_http_call(c->base, method, url ? url : path, body, 120000, &status, out, &em);
 	free(url);
 	if (rc) {
 		fprintf(stderr, "cistern: %s: %s\n", what, cis_errmsg_or(&em, rc));
-		return 1;
+		/* a transport failure, never a usage error */
+		return rc == CLI_E_USAGE ? -CIS_E_INTERNAL : rc;
 	}
 	if (status < 200 || status > 299) {
 		const char *e = *out ? json_string_value(json_object_get(*out, "error")) : NULL;
 		fprintf(stderr, "cistern: %s: %s\n", what, e ? e : "unexpected reply from master");
 		json_decref(*out);
 		*out = NULL;
-		return 1;
+		return -EREMOTEIO; /* the master said no */
 	}
 	if (!*out) {
 		fprintf(stderr, "cistern: %s: the master's reply was not json\n", what);
-		return 1;
+		return -CIS_E_PARSE;
 	}
 	return 0;
 }
@@ -108,12 +158,55 @@ void cli_print_json(const json_t *j)
 	free(s);
 }
 
+void cli_print_reply(const json_t *j, bool json, const char *fmt, ...)
+{
+	va_list ap;
+	if (json) {
+		cli_print_json(j);
+		return;
+	}
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+}
+
+int cli_get_and_print(cli_ctx *c, int argc, char **argv, const char *synopsis, const char *api_path,
+                      void (*print)(const json_t *reply))
+{
+	cis_config *cfg;
+	json_t *out;
+	int rc = cli_parse(cli_json_opts, synopsis, argc, argv, &cfg);
+	if (rc || !cfg)
+		return rc;
+	rc = cli_api(c, "GET", api_path, NULL, NULL, NULL, &out, argv[0]);
+	if (!rc) {
+		if (cis_config_bool(cfg, "json"))
+			cli_print_json(out);
+		else
+			print(out);
+		json_decref(out);
+	}
+	cis_config_free(cfg);
+	return rc;
+}
+
 void cli_fmt_time(int64_t ns, char *out, size_t len)
 {
 	time_t t = (time_t)(ns / 1000000000);
 	struct tm tm;
 	if (ns <= 0 || !localtime_r(&t, &tm) || !strftime(out, len, "%Y-%m-%d %H:%M", &tm))
 		snprintf(out, len, "-");
+}
+
+long long cli_jint(const json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+const char *cli_jstr(const json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "";
 }
 
 int main(int argc, char **argv)
@@ -149,7 +242,7 @@ int main(int argc, char **argv)
 		if (!strcmp(commands[k].name, argv[i])) {
 			int rc = commands[k].fn(&c, argc - i, argv + i);
 			curl_global_cleanup();
-			return rc;
+			return cli_exit_status(rc);
 		}
 	fprintf(stderr, "cistern: unknown command '%s' (see cistern --help)\n", argv[i]);
 	return 2;
