@@ -16,7 +16,8 @@
  * left half running. Children carry PR_SET_PDEATHSIG so that even a
  * SIGKILLed supervisor leaves no daemons behind.
  *
- * The state directory (default ~/.cache/cistern/local/<mountpoint hash>)
+ * The state directory (default $XDG_CACHE_HOME or ~/.cache, then
+ * cistern/local/<mount point's last component>-<8 hex digits of its hash>)
  * holds master/ (LMDB), worker/ (block index), cache/ (blocks, unless
  * --cache-dir), logs/<daemon>.log, the lock, local.pid and local.json (addresses of
  * the running stack, for scripts: {"pid", "api", "master", "mountpoint",
@@ -58,7 +59,8 @@
 #define LOCAL_POLL_MS         100
 
 static const cis_opt local_opts[] = {
-    {"state-dir", "DIR", NULL, "state directory (default ~/.cache/cistern/local/<id>)", false, 0},
+    {"state-dir", "DIR", NULL, "state directory (default ~/.cache/cistern/local/<name>-<hash>)",
+     false, 0},
     {"cache-dir", "DIR[:SIZE]", NULL,
      "block cache directory (default STATE/cache, half the free space)", true, 0},
     {"option", "K=V", NULL, "mount option (endpoint=, region=, path_style=, ...)", true, 'o'},
