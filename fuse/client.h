@@ -76,6 +76,7 @@ typedef struct fcl_stats {
 
 typedef struct fcl_local fcl_local;
 typedef struct fcl_remote fcl_remote;
+struct fuse_session;
 
 typedef struct fcl {
 	const fcl_opts *opts;
@@ -86,7 +87,8 @@ typedef struct fcl {
 	char hostname[256];
 	fcl_inodes *inodes;
 	fcl_meta *meta;
-	fcl_lru *versions; /* ino -> version last opened (keep_cache) */
+	fcl_lru *versions;       /* ino -> version last opened (keep_cache) */
+	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;
 	fcl_remote *remote;
 	fcl_stats stats;

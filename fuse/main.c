@@ -402,8 +402,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	char seen[CIS_UFS_VERSION_MAX];
 	fi->keep_cache = f->version[0] && fcl_lru_get(c->versions, &mino, sizeof(mino), seen) &&
 	                 strcmp(seen, f->version) == 0;
-	if (!fi->keep_cache)
+	if (!fi->keep_cache) {
 		(void)fcl_lru_put(c->versions, &mino, sizeof(mino), f->version, NULL, NULL);
+		/* The kernel may still hold the size of an older version (until
+		 * its attribute timeout) and would cut reads there. Dropping its
+		 * attributes (a negative offset touches nothing else, so this
+		 * cannot deadlock) makes a read past the old size fetch the new
+		 * ones first. */
+		if (c->se)
+			(void)fuse_lowlevel_notify_inval_inode(c->se, ino, -1, 0);
+	}
 	fi->fh = (uintptr_t)f;
 	bool small = f->size > 0 && f->size <= f->block_size;
 	if (small) {
@@ -856,6 +864,7 @@ int main(int argc, char **argv)
 	if (!se)
 		cis_die("fuse: bad options (see the line above): %s",
 		        o.fuse_opts ? o.fuse_opts : "");
+	c.se = se;
 	if (fuse_set_signal_handlers(se))
 		cis_die("cannot install signal handlers");
 	if (fuse_session_mount(se, o.mountpoint))
