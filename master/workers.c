@@ -416,6 +416,22 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	return 0;
 }
 
+/* Record that wk gained (added) or lost the blocks in ids, keeping its
+ * block count. Malformed ids are skipped. Caller holds w->lock. */
+static void do_note_blocks(mst_workers *w, struct worker *wk, const ProtobufCBinaryData *ids,
+                           size_t n, bool added)
+{
+	for (size_t i = 0; i < n; i++) {
+		cis_block_id id;
+		if (!id_from_bytes(ids[i], &id))
+			continue;
+		if (added && loc_add(w, id, wk->id) == 1)
+			wk->blocks++;
+		else if (!added && loc_del(w, id, wk->id) == 1 && wk->blocks)
+			wk->blocks--;
+	}
+}
+
 int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
                           cis_errmsg *em)
 {
@@ -436,17 +452,8 @@ int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req_msg, Proto
 	wk->used = req->used;
 	wk->info->capacity = req->capacity;
 	wk->info->used = req->used;
-	for (size_t i = 0; i < req->n_added; i++) {
-		cis_block_id id;
-		if (id_from_bytes(req->added[i], &id) && loc_add(w, id, wk->id) == 1)
-			wk->blocks++;
-	}
-	for (size_t i = 0; i < req->n_removed; i++) {
-		cis_block_id id;
-		if (id_from_bytes(req->removed[i], &id) && loc_del(w, id, wk->id) == 1 &&
-		    wk->blocks)
-			wk->blocks--;
-	}
+	do_note_blocks(w, wk, req->added, req->n_added, true);
+	do_note_blocks(w, wk, req->removed, req->n_removed, false);
 	r->worker_list_version = w->version;
 	pthread_mutex_unlock(&w->lock);
 	*reply = &r->base;
@@ -473,11 +480,7 @@ int mst_workers_report(mst_workers *w, const ProtobufCMessage *req_msg, Protobuf
 		loc_drop_worker(w, wk->id);
 		wk->blocks = 0;
 	}
-	for (size_t i = 0; i < req->n_blocks; i++) {
-		cis_block_id id;
-		if (id_from_bytes(req->blocks[i], &id) && loc_add(w, id, wk->id) == 1)
-			wk->blocks++;
-	}
+	do_note_blocks(w, wk, req->blocks, req->n_blocks, true);
 	r->blocks_known = wk->blocks;
 	pthread_mutex_unlock(&w->lock);
 	*reply = &r->base;
