@@ -154,6 +154,8 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
                    uint64_t *waited_ns, cis_errmsg *em);
 /* Stop caching the descriptor of ref from w (it failed a read): close it
  * and release its lease. Readers holding a dup keep theirs. */
+/* Whether a descriptor of ref from w is in the cache (no RPC). */
+bool fcl_local_cached(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
 void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
 /* Release leases that are idle past their expiry. */
 void fcl_local_tick(fcl *c);
@@ -195,7 +197,9 @@ typedef struct fcl_seg {
 int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int nsegs_max,
              int *nsegs, cis_errmsg *em);
 void fcl_segs_release(fcl_seg *segs, int n);
-/* Ask the owning workers for blocks [first, first+n) of f. */
+/* Ask the owning workers for blocks [first, first+n) of f; blocks whose
+ * owner is this host's worker and whose descriptor is cached are not asked
+ * for but read ahead into the page cache (POSIX_FADV_WILLNEED). */
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
 /* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],

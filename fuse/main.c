@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -94,6 +95,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_read = MAX_IO; /* must match the max_read mount option */
 	conn->max_write = MAX_IO;
 	conn->max_readahead = MAX_IO;
+	/* Readahead requests are background requests: the default (12 in
+	 * flight, congested at 9) keeps a sequential reader at about one
+	 * outstanding request per file. */
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_READDIRPLUS) {
@@ -751,6 +757,18 @@ static int check_port(int port, cis_errmsg *em)
 	return rc;
 }
 
+/* The descriptor cache holds up to --fd-cache block files open: lift the
+ * soft descriptor limit to the hard one so it fits (best effort; a full
+ * table only makes OpenLocal fail over to a remote read). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 static int build_fuse_args(const fcl_opts *o, struct fuse_args *args)
 {
 	char opts[4096];
@@ -857,6 +875,7 @@ int main(int argc, char **argv)
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote))
 		cis_die("out of memory at start-up");
 
+	raise_nofile();
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	if (build_fuse_args(&o, &args))
 		cis_die("fuse options too long");

@@ -6,6 +6,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -160,7 +161,7 @@ static uint64_t block_len(const fcl_file *f, uint64_t idx)
 }
 
 static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t boff, size_t len,
-                      fcl_seg *seg, cis_errmsg *em)
+                      bool seq, fcl_seg *seg, cis_errmsg *em)
 {
 	Cis__BlockRef ref;
 	uint8_t idbuf[16];
@@ -205,6 +206,13 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 					return -ENOMEM;
 				}
 				rc = pread_full(fd, buf, len, boff, &wem);
+				/* A sequential reader comes back for the rest of the
+				 * block: start reading it from disk now so the next
+				 * request finds it in the page cache. */
+				if (rc == 0 && seq && boff + len < blen)
+					(void)posix_fadvise(fd, (off_t)(boff + len),
+					                    (off_t)(blen - boff - len),
+					                    POSIX_FADV_WILLNEED);
 				close(fd);
 				if (rc == 0) {
 					if (waited >= LOCAL_STALL_NS)
@@ -261,6 +269,9 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 	if (size > f->size - off)
 		size = (size_t)(f->size - off);
 	uint64_t end = off + size;
+	pthread_mutex_lock(&f->lock);
+	bool seq = f->ra.seq > 0;
+	pthread_mutex_unlock(&f->lock);
 	fcl_wlist *wl = fcl_workers_get(c);
 	int rc = 0;
 	while (off < end) {
@@ -274,7 +285,7 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 		uint64_t len = f->block_size - boff;
 		if (len > end - off)
 			len = end - off;
-		rc = read_block(c, f, wl, idx, boff, (size_t)len, &segs[*nsegs], em);
+		rc = read_block(c, f, wl, idx, boff, (size_t)len, seq, &segs[*nsegs], em);
 		if (rc)
 			break;
 		(*nsegs)++;
@@ -286,6 +297,23 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 		*nsegs = 0;
 	}
 	return rc;
+}
+
+/* A block this host's worker holds and whose descriptor is cached needs no
+ * Prefetch RPC (the worker has it): start reading its file into the page
+ * cache instead. False when the worker has to be asked. */
+static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
+{
+	if (!w->local || !fcl_local_cached(c, w, ref))
+		return false;
+	int fd;
+	uint64_t blen, waited;
+	cis_errmsg em = {{0}};
+	if (fcl_local_open(c, w, ref, &fd, &blen, &waited, &em))
+		return false;
+	(void)posix_fadvise(fd, 0, (off_t)blen, POSIX_FADV_WILLNEED);
+	close(fd);
+	return true;
 }
 
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
@@ -306,6 +334,7 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 		cis_block_id id;
 		fcl_blockref(f, first + i, &refs[i], ids[i], &id);
 		cis_place(id, wl->ids, wl->n, &owner[i], 1);
+		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i]);
 	}
 	/* One request per primary owner. */
 	for (uint64_t i = 0; i < n; i++) {
