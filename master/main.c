@@ -18,7 +18,7 @@ static const cis_opt opts[] = {
     {"http-port", "N", "19601", "HTTP admin API and /metrics port", false, 0},
     {"io-threads", "N", "8", "RPC I/O threads", false, 0},
     {"map-size", "SIZE", "64G", "LMDB map size (sparse)", false, 0},
-    {"heartbeat-interval", "DURATION", "3s", "worker heartbeat interval", false, 0},
+    {"heartbeat-interval", "DURATION", "1s", "worker heartbeat interval", false, 0},
     {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
     {"repl-interval", "DURATION", "30s", "replication manager's full scan period", false, 0},
     {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
