@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Measurements for the daemon benchmarks (bench/worker.sh, fuse-warm.sh,
+preload.sh), run after bench/rig.sh brought up s3rver, a master and
+workers. One subcommand per benchmark; each writes a JSON result in the
+"table" form bench/report.py renders. Every ratio is against a baseline
+measured in the same run; every figure is the median of the repeats."""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import drop_caches  # noqa: E402
+
+
+def env(k, d=None):
+    return os.environ.get(k, d)
+
+
+def curl_best(files, prefix, range_mib=16, parallels=(1, 4, 8, 16)):
+    """{parallel: MB/s} for curl --parallel over the objects, ranges of
+    range_mib MiB. files: [(rel, size)]."""
+    base = f"{env('PLAIN_ENDPOINT')}/{env('CIS_S3_BUCKET')}/{prefix}"
+    cfg = tempfile.NamedTemporaryFile("w", delete=False, suffix=".cfg")
+    rng = range_mib << 20
+    for rel, size in files:
+        for lo in range(0, size, rng):
+            cfg.write(f'url = "{base}/{rel}"\noutput = "/dev/null"\n'
+                      f'range = "{lo}-{min(lo + rng, size) - 1}"\n')
+    cfg.close()
+    nbytes = sum(s for _, s in files)
+    out = {}
+    for p in parallels:
+        drop_caches()
+        t0 = time.monotonic()
+        r = subprocess.run(["curl", "-sS", "--fail", "--parallel", "--parallel-max", str(p),
+                            "--aws-sigv4", f"aws:amz:{env('CIS_S3_REGION')}:s3",
+                            "--user", f"{env('BENCH_ACCESS_KEY')}:{env('BENCH_SECRET_KEY')}",
+                            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-K", cfg.name],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"curl: {r.stderr.strip()[-300:]}")
+        out[p] = nbytes / (time.monotonic() - t0) / 1e6
+    os.unlink(cfg.name)
+    return out
+
+
+def run_all(cmds):
+    """Run shell commands concurrently; seconds for all; raises on failure."""
+    t0 = time.monotonic()
+    ps = [subprocess.Popen(c, shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True) for c in cmds]
+    errs = [(c, p.communicate()[1]) for c, p in zip(cmds, ps) if p.wait()]
+    if errs:
+        raise RuntimeError(f"{errs[0][0]}: {errs[0][1].strip()[-300:]}")
+    return time.monotonic() - t0
+
+
+def local_files(d):
+    out = []
+    for root, _, fs in os.walk(d):
+        for f in fs:
+            p = os.path.join(root, f)
+            out.append((os.path.relpath(p, d), os.path.getsize(p)))
+    return sorted(out)
+
+
+def block_files(cache):
+    """Block files in a worker's cache dir (every regular file of 1 byte or
+    more outside the state)."""
+    fs = [p for p in glob.glob(os.path.join(cache, "**"), recursive=True)
+          if os.path.isfile(p) and os.path.getsize(p) > 0 and "/.state" not in p]
+    return sorted(fs)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def f0(v):
+    return "—" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10
+                                  else f"{v:.2f}")
+
+
+def write(out, d):
+    with open(out, "w") as f:
+        json.dump(d, f, indent=1)
+    print(json.dumps(d.get("table"), indent=1))
+
+
+def wc(worker, path, cmd):
+    return (f"{env('RIG_WC')} --tcp 127.0.0.1:{worker} --master 127.0.0.1:{env('M_RPC')} "
+            f"--path {path} {cmd}")
+
+
+def nblocks(size, bs):
+    return (size + bs - 1) // bs
+
+
+def cmd_worker(a):
+    files = local_files(a.local_dir)
+    nbytes = sum(s for _, s in files)
+    bs = a.block_mib << 20
+    loads = [wc(a.worker_rpc, f"/s3/{rel}", "load " + " ".join(
+        str(i) for i in range(nblocks(s, bs))) + " >/dev/null") for rel, s in files]
+    frees = [wc(a.worker_rpc, f"/s3/{rel}", "free " + " ".join(
+        str(i) for i in range(nblocks(s, bs))) + " >/dev/null") for rel, s in files]
+    cold, remote, direct, curls = [], [], [], []
+    for _ in range(a.repeats):
+        run_all(frees)
+        time.sleep(0.5)
+        left = sum(os.path.getsize(p) for p in block_files(a.cache))
+        if left >= nbytes:
+            raise RuntimeError(f"free left {left} bytes cached")
+        drop_caches()
+        cold.append(nbytes / run_all(loads) / 1e6)
+        curls.append(curl_best(files, a.prefix))
+        # Warm: the blocks are cached now. Remote read over loopback TCP
+        # (one client per file, blocks in order) against the same block
+        # files read straight from the cache dir (as many readers).
+        drop_caches()
+        remote.append(nbytes / run_all([wc(a.worker_rpc, f"/s3/{rel}", "cat >/dev/null")
+                                       for rel, _ in files]) / 1e6)
+        blocks = block_files(a.cache)
+        got = sum(os.path.getsize(p) for p in blocks)
+        k = len(files)
+        groups = [blocks[i::k] for i in range(k)]
+        drop_caches()
+        t = run_all([f"cat {' '.join(g)} >/dev/null" for g in groups if g])
+        direct.append(got / t / 1e6)
+    best = {p: med([c[p] for c in curls]) for p in curls[0]}
+    bp = max(best, key=best.get)
+    c, r, dd = med(cold), med(remote), med(direct)
+    rows = [["direct read of the block files from the cache dir (baseline, %d readers)" % len(files),
+             f0(dd), "1.00", ""],
+            ["remote read of the cached blocks over loopback TCP (worker_client cat)", f0(r),
+             f"{r / dd:.2f}", "≥ 0.8"]]
+    rows += [[f"curl --parallel-max {p}, 16 MiB ranged GETs from s3rver",
+              f0(v), "1.00" if p == bp else f"{v / best[bp]:.2f}", ""] for p, v in best.items()]
+    rows.append(["worker cold fetch from s3rver (LoadRequest of every block, one per file)", f0(c),
+                 f"{c / best[bp]:.2f}", "≥ 0.8 (÷ best curl)"])
+    write(a.out, {
+        "benchmark": "worker", "store": "plain", "repeats": a.repeats,
+        "params": {"files": len(files), "mib": (nbytes >> 20) // max(len(files), 1),
+                   "block_mib": a.block_mib, "page cache dropped": drop_caches()},
+        "raw": {"cold": cold, "remote": remote, "direct": direct, "curl": curls},
+        "table": {"columns": ["what", "MB/s", "÷ baseline", "target"], "rows": rows},
+        "extra": f"Warm rows: baseline is the direct read, same run. Cold rows: baseline is the "
+                 f"best curl parallelism (--parallel-max {bp}), same run. Page cache dropped "
+                 "before each measurement; the cache was emptied with FreeRequest before each "
+                 "cold fetch.",
+        "targets": [["remote read of cached blocks ≥ 0.8 × direct file read", r / dd, 0.8],
+                    ["cold fetch ≥ 0.8 × best parallel curl", c / best[bp], 0.8]]})
+
+
+def dd_all(paths, k):
+    """Read paths with 1 MiB reads, k concurrent readers; MB/s."""
+    nbytes = sum(os.path.getsize(p) for p in paths)
+    groups = [paths[i::k] for i in range(k)]
+    cmds = ["for f in " + " ".join(g) + "; do dd if=$f of=/dev/null bs=1M status=none || exit 1; done"
+            for g in groups if g]
+    return nbytes / run_all(cmds) / 1e6
+
+
+def stat_rate(paths):
+    t0 = time.monotonic()
+    for p in paths:
+        os.lstat(p)
+    return len(paths) / (time.monotonic() - t0)
+
+
+def cmd_fuse(a):
+    files = local_files(a.local_dir)
+    k = len(files)
+    fpaths = [os.path.join(a.mnt, "s3", rel) for rel, _ in files]
+    lpaths = [os.path.join(a.local_dir, rel) for rel, _ in files]
+    # Populate the worker's cache through the mount (cold, not measured).
+    dd_all(fpaths, k)
+    warm, blocks_d, hot, hot_local = [], [], [], []
+    for _ in range(a.repeats):
+        drop_caches()
+        warm.append(dd_all(fpaths, k))
+        hot.append(dd_all(fpaths, k))  # again, page cache warm
+        blocks = block_files(a.cache)
+        drop_caches()
+        blocks_d.append(dd_all(blocks, k))
+        dd_all(lpaths, k)  # into the page cache
+        hot_local.append(dd_all(lpaths, k))
+    # Stat of every file of the tree mounted at /tree (file://), warm:
+    # listed once through the mount first.
+    tree = sorted(os.path.join(r, f) for r, _, fs in os.walk(a.tree) for f in fs)
+    mtree = [os.path.join(a.mnt, "tree", os.path.relpath(p, a.tree)) for p in tree]
+    t0 = time.monotonic()
+    subprocess.run(["find", os.path.join(a.mnt, "tree")], stdout=subprocess.DEVNULL, check=True)
+    first = time.monotonic() - t0
+    sf, sl = [], []
+    for _ in range(a.repeats):
+        sf.append(stat_rate(mtree))
+        sl.append(stat_rate(tree))
+    w, b, h, hl, s, l = map(med, (warm, blocks_d, hot, hot_local, sf, sl))
+    nbytes = sum(sz for _, sz in files)
+    rows = [
+        ["block files read directly from the worker's cache dir, page cache dropped (baseline)",
+         f0(b), "1.00", ""],
+        ["FUSE warm sequential (cached on the local worker, page cache dropped)", f0(w),
+         f"{w / b:.2f}", "≥ 0.85"],
+        ["local file read from the page cache (baseline)", f0(hl), "1.00", ""],
+        ["FUSE hot re-read (page cache warm)", f0(h), f"{h / hl:.2f}", "≥ 0.8"],
+        [f"stat of {len(tree):,} local files (stats/s)", f0(l), "1.00", ""],
+        [f"stat of {len(tree):,} files through FUSE, warm (stats/s)", f0(s), f"{s / l:.2f}",
+         "≥ 100,000 stats/s"],
+    ]
+    write(a.out, {
+        "benchmark": "fuse-warm", "store": "plain", "repeats": a.repeats,
+        "params": {"files": k, "mib": (nbytes >> 20) // max(k, 1), "read size": "1 MiB",
+                   "readers": k, "tree files": len(tree),
+                   "page cache dropped": drop_caches()},
+        "raw": {"warm": warm, "blocks": blocks_d, "hot": hot, "hot_local": hot_local,
+                "stat_fuse": sf, "stat_local": sl, "first_find_s": first},
+        "table": {"columns": ["what", "MB/s or stats/s", "÷ baseline", "target"], "rows": rows},
+        "extra": f"FUSE: cistern-fuse against one master and one worker on this host, the "
+                 f"dataset on s3rver mounted at /s3 (4 MiB blocks), read whole by {k} "
+                 f"concurrent dd bs=1M readers (one file each). The tree: {len(tree):,} empty "
+                 f"files in a file:// mount at /tree; its first find through the mount took "
+                 f"{first:.1f} s (listing, not in the figures); the stat rows are os.lstat of "
+                 "every file, one thread, after that.",
+        "targets": [["FUSE warm sequential ≥ 0.85 × direct read of the block files", w / b, 0.85],
+                    ["FUSE hot re-read ≥ 0.8 × local page cache", h / hl, 0.8],
+                    ["FUSE warm stat ≥ 100,000 stats/s (ratio: rate ÷ 100,000)", s / 1e5, 1]]})
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("--local-dir", required=True)
+    w.add_argument("--prefix", required=True)
+    w.add_argument("--cache", required=True)
+    w.add_argument("--worker-rpc", required=True)
+    w.add_argument("--block-mib", type=int, default=4)
+    w.add_argument("--repeats", type=int, default=3)
+    w.add_argument("--out", required=True)
+    f = sub.add_parser("fuse")
+    f.add_argument("--local-dir", required=True)
+    f.add_argument("--mnt", required=True)
+    f.add_argument("--tree", required=True)
+    f.add_argument("--cache", required=True)
+    f.add_argument("--repeats", type=int, default=3)
+    f.add_argument("--out", required=True)
+    a = p.parse_args()
+    {"worker": cmd_worker, "fuse": cmd_fuse}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
