@@ -235,6 +235,116 @@ def cmd_fuse(a):
                     ["FUSE warm stat ≥ 100,000 stats/s (ratio: rate ÷ 100,000)", s / 1e5, 1]]})
 
 
+def cli(*args, check=True):
+    r = subprocess.run([env("RIG_CLI"), *args], capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"cistern {' '.join(args)}: {r.stderr.strip()[-300:]}")
+    return r
+
+
+def cache_bytes(caches):
+    return sum(os.path.getsize(p) for c in caches for p in block_files(c))
+
+
+def empty_caches(caches):
+    cli("free", "/s3")
+    for _ in range(100):
+        if cache_bytes(caches) == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"cistern free /s3 left {cache_bytes(caches)} bytes cached")
+
+
+def cmd_preload(a):
+    files = local_files(a.local_dir)
+    nbytes = sum(s for _, s in files)
+    caches = a.cache
+    loads, curls = [], []
+    for _ in range(a.repeats):
+        empty_caches(caches)
+        drop_caches()
+        t0 = time.monotonic()
+        cli("load", "/s3", "--parallel", str(a.parallel))
+        loads.append(nbytes / (time.monotonic() - t0) / 1e6)
+        if cache_bytes(caches) < nbytes:
+            raise RuntimeError(f"after load only {cache_bytes(caches)} of {nbytes} bytes cached")
+        curls.append(curl_best(files, a.prefix))
+    spread = [sum(os.path.getsize(p) for p in block_files(c)) >> 20 for c in caches]
+    best = {p: med([c[p] for c in curls]) for p in curls[0]}
+    bp = max(best, key=best.get)
+    l = med(loads)
+
+    # A reader started together with the load: files read in order through
+    # the FUSE mount (1 MiB reads); warm level from a pass afterwards.
+    fpaths = [os.path.join(a.mnt, "s3", rel) for rel, _ in files]
+
+    def read_times():
+        out = []
+        for p in fpaths:
+            with open(p, "rb", buffering=0) as f:
+                while f.read(1 << 20):
+                    pass
+            out.append(time.monotonic())
+        return out
+
+    unstall, traces = [], []
+    for _ in range(a.repeats):
+        empty_caches(caches)
+        drop_caches()
+        t0 = time.monotonic()
+        lp = subprocess.Popen([env("RIG_CLI"), "load", "/s3", "--parallel", str(a.parallel)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        ends = read_times()
+        load_s = None
+        if lp.wait():
+            raise RuntimeError(f"cistern load: {lp.stderr.read().strip()[-300:]}")
+        load_s = time.monotonic() - t0
+        drop_caches()
+        w0 = time.monotonic()
+        wends = read_times()
+        starts = [t0] + ends[:-1]
+        per = [e - s for s, e in zip(starts, ends)]
+        wper = [e - s for s, e in zip([w0] + wends[:-1], wends)]
+        wl = med(wper)
+        # First file from which every later file reads within 1.5 x the warm level.
+        k = len(per)
+        while k > 0 and per[k - 1] <= 1.5 * wl:
+            k -= 1
+        t_unstall = (starts[k] - t0) if k < len(per) else None
+        unstall.append(t_unstall)
+        traces.append({"per_file_s": per, "warm_per_file_s": wper, "load_s": load_s,
+                       "unstalled_from_file": k})
+    u = [x for x in unstall if x is not None]
+    rows = [[f"curl --parallel-max {p}, 16 MiB ranged GETs from s3rver", f0(v),
+             "1.00" if p == bp else f"{v / best[bp]:.2f}", ""] for p, v in best.items()]
+    rows.append([f"cistern load /s3 into {len(caches)} workers (--parallel {a.parallel})", f0(l),
+                 f"{l / best[bp]:.2f}", "≥ 0.8 (÷ best curl)"])
+    tr = traces[len(traces) // 2]
+    loads_s = ", ".join(f"{t['load_s']:.1f}" for t in traces)
+    extra = (f"{len(files)} files, {nbytes >> 20} MiB, on s3rver (plain); one master and "
+             f"{len(caches)} cistern-worker processes on this host with their own cache dirs "
+             f"and ports; cache spread after a load (MiB per worker): {spread}. "
+             f"Reader with the load: files read in order through cistern-fuse (1 MiB reads) "
+             f"while `cistern load` runs, started together, page cache dropped and caches "
+             f"emptied first; it stops stalling at the first file from which every file "
+             f"reads within 1.5 x the warm per-file time (a pass afterwards, page cache "
+             f"dropped). Per repeat: {', '.join('never' if x is None else f'{x:.1f} s' for x in unstall)} "
+             f"after the start; the loads alone took "
+             f"{loads_s} s. Middle repeat, per-file read "
+             f"times (s) with the load: {', '.join(f'{x:.2f}' for x in tr['per_file_s'])}; warm: "
+             f"{', '.join(f'{x:.2f}' for x in tr['warm_per_file_s'])}.")
+    rows.append(["reader started with the load: time until it stops stalling (s, median)",
+                 f0(med(u)) if u else "never", "", ""])
+    write(a.out, {
+        "benchmark": "preload", "store": "plain", "repeats": a.repeats,
+        "params": {"files": len(files), "mib": nbytes >> 20, "workers": len(caches),
+                   "page cache dropped": drop_caches()},
+        "raw": {"loads": loads, "curl": curls, "unstall_s": unstall, "traces": traces},
+        "table": {"columns": ["what", "MB/s or s", "÷ best curl", "target"], "rows": rows},
+        "extra": extra,
+        "targets": [["cistern load ≥ 0.8 × best parallel curl", l / best[bp], 0.8]]})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -253,8 +363,16 @@ def main():
     f.add_argument("--cache", required=True)
     f.add_argument("--repeats", type=int, default=3)
     f.add_argument("--out", required=True)
+    q = sub.add_parser("preload")
+    q.add_argument("--local-dir", required=True)
+    q.add_argument("--prefix", required=True)
+    q.add_argument("--mnt", required=True)
+    q.add_argument("--cache", action="append", required=True)
+    q.add_argument("--parallel", type=int, default=4)
+    q.add_argument("--repeats", type=int, default=3)
+    q.add_argument("--out", required=True)
     a = p.parse_args()
-    {"worker": cmd_worker, "fuse": cmd_fuse}[a.cmd](a)
+    {"worker": cmd_worker, "fuse": cmd_fuse, "preload": cmd_preload}[a.cmd](a)
 
 
 if __name__ == "__main__":
