@@ -333,11 +333,11 @@ def cmd_preload(a):
              f"{loads_s} s. Middle repeat, per-file read "
              f"times (s) with the load: {', '.join(f'{x:.2f}' for x in tr['per_file_s'])}; warm: "
              f"{', '.join(f'{x:.2f}' for x in tr['warm_per_file_s'])}.")
-    rows.append(["reader started with the load: time until it stops stalling (s, median)",
+    rows.append([f"reader started with the load: time until it stops stalling (s, median of the {len(u)} of {len(unstall)} repeats where it did)",
                  f0(med(u)) if u else "never", "", ""])
     write(a.out, {
         "benchmark": "preload", "store": "plain", "repeats": a.repeats,
-        "params": {"files": len(files), "mib": nbytes >> 20, "workers": len(caches),
+        "params": {"files": len(files), "total_mib": nbytes >> 20, "workers": len(caches),
                    "page cache dropped": drop_caches()},
         "raw": {"loads": loads, "curl": curls, "unstall_s": unstall, "traces": traces},
         "table": {"columns": ["what", "MB/s or s", "÷ best curl", "target"], "rows": rows},

@@ -3,7 +3,8 @@
 # charts (bench/report.py). Each bench/<name>.sh writes JSON into
 # bench/results/; a script that fails is recorded and the others still run.
 #
-#   bench/run-all.sh [NAME...]      (default: large small meta train master-ls)
+#   bench/run-all.sh [NAME...]      (default: large small meta train master-ls ns-scale
+#                                    worker fuse-warm preload)
 # Environment: BENCH_QUICK=1 for a small version of every dataset (for a
 # shared or slow machine; the report says so), BENCH_TIMEOUT per script in
 # seconds (3600), BENCH_KEEP=1 to keep the results already in bench/results
@@ -17,7 +18,7 @@ top=$(dirname "$bench")
 results=${BENCH_RESULTS:-$bench/results}
 export BENCH_RESULTS=$results
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(large small meta train master-ls)
+[ ${#names[@]} -gt 0 ] || names=(large small meta train master-ls ns-scale worker fuse-warm preload)
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	export LARGE_FILES=${LARGE_FILES:-4} LARGE_MIB=${LARGE_MIB:-64}
