@@ -68,6 +68,7 @@ typedef struct fcl_stats {
 	cis_counter *reads[FCL_PATH_N];
 	cis_counter *bytes[FCL_PATH_N];
 	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
+	cis_counter *open_cache_hits;
 	cis_counter *master_errors;
 	cis_counter *master_calls[FCL_MOP_N];
 	cis_histogram *read_seconds;  /* per FUSE read */
@@ -122,9 +123,10 @@ int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em);
 /* One page; *out is the caller's (cis__read_dir_reply__free_unpacked). */
 int fcl_master_readdir(fcl *c, uint64_t ino, uint64_t cookie, uint32_t max, Cis__ReadDirReply **out,
                        cis_errmsg *em);
-/* Open a file: its attributes and mount. *out is the caller's
- * (fcl_file_free); attr gets the attributes too. */
-int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_errmsg *em);
+/* Open a file: from the open cache (meta.c) while the inode's attributes
+ * are cached (*hit set), else by an Open request, whose reply fills the open
+ * and attribute caches. *out is the caller's (fcl_file_unref). */
+int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg *em);
 /* Take or drop a reference; the last drop frees. A request that uses the
  * file after replying holds one: once the reply is out, the kernel may
  * release the handle. */

@@ -107,6 +107,7 @@ typedef struct fcl_attr {
 	int64_t mtime_ns;
 	uint32_t mode; /* permission bits only */
 	uint32_t nlink;
+	uint64_t vhash; /* hash of the object version; 0: none (directories) */
 } fcl_attr;
 
 /* Where misses go (the master, or a test double). Return 0 or a negative
@@ -132,6 +133,34 @@ int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em);
 void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a);
 void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a);
 void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino);
+
+/* Open cache: what an Open reply says about a file that does not change
+ * while its version does not, so an open(2) needs no master request while
+ * the inode's attributes are cached. An entry lives as long as the
+ * attributes put with it (attr timeout: no staler than getattr), and goes
+ * when the attribute cache learns another version of the inode or the
+ * kernel forgets it. Bounded by the attribute cache's capacity (at most
+ * FCL_OPEN_CACHE_MAX). Off when the attribute timeout is 0. */
+#define FCL_OPEN_CACHE_MAX 65536
+
+struct fcl_mount;
+
+typedef struct fcl_open_info {
+	struct fcl_mount *mount; /* shared with the client's mount list, never freed here */
+	char *key;               /* object key; a get hands the caller a copy to free */
+	char version[CIS_UFS_VERSION_MAX];
+	uint64_t size;
+	uint64_t block_size;
+} fcl_open_info;
+
+/* Remember oi (its key copied) and put a as the inode's attributes. */
+void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi);
+/* 0 and *oi (oi->key the caller's to free) while the entry is valid;
+ * -ENOENT on a miss, -ENOMEM. */
+int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi);
+/* Drop what is cached about ino: the kernel forgot it. */
+void fcl_meta_forget_open(fcl_meta *m, uint64_t ino);
+size_t fcl_meta_open_count(fcl_meta *m);
 
 /* ---- readahead (readahead.c) ---- */
 

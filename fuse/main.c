@@ -142,10 +142,19 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fcl_inodes_forget(c->inodes, a.ino, 1); /* the kernel never saw it */
 }
 
+/* The kernel dropped nlookup references; once it holds none, the open
+ * cache forgets the file too (memory follows what the kernel holds). */
+static void forget(fcl *c, fuse_ino_t ino, uint64_t nlookup)
+{
+	uint64_t mino = to_master(c, ino);
+	if (fcl_inodes_forget(c->inodes, mino, nlookup))
+		fcl_meta_forget_open(c->meta, mino);
+}
+
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	fcl *c = req_fcl(req);
-	fcl_inodes_forget(c->inodes, to_master(c, ino), nlookup);
+	forget(c, ino, nlookup);
 	fuse_reply_none(req);
 }
 
@@ -153,7 +162,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 {
 	fcl *c = req_fcl(req);
 	for (size_t i = 0; i < count; i++)
-		fcl_inodes_forget(c->inodes, to_master(c, forgets[i].ino), forgets[i].nlookup);
+		forget(c, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -393,16 +402,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	uint64_t mino = to_master(c, ino);
 	fcl_file *f;
-	fcl_attr a;
+	bool hit;
 	cis_errmsg em = {{0}};
-	int rc = fcl_master_open(c, mino, &f, &a, &em);
+	int rc = fcl_master_open(c, mino, &f, &hit, &em);
 	if (rc) {
 		log_err("open", ino, rc, &em);
 		fuse_reply_err(req, kernel_err(rc));
 		return;
 	}
 	cis_counter_inc(c->stats.opens);
-	fcl_meta_put_attr(c->meta, &a);
+	if (hit)
+		cis_counter_inc(c->stats.open_cache_hits);
 	/* Keep the kernel's pages only while the version is the one they came
 	 * from; a version we do not remember (or a changed one) drops them. */
 	char seen[CIS_UFS_VERSION_MAX];

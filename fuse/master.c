@@ -62,6 +62,8 @@ void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a)
 	};
 	if (a->mode == 0)
 		a->mode = a->is_dir ? 0755 : 0644;
+	if (!a->is_dir && in->version && in->version[0])
+		a->vhash = cis_hash64(in->version, strlen(in->version), 0) | 1; /* never 0 */
 }
 
 static void count_call(fcl *c, enum fcl_mop op)
@@ -204,14 +206,43 @@ void fcl_mounts_free(fcl *c)
 	c->mounts = NULL;
 }
 
-int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_errmsg *em)
+/* A handle from what Open says; takes key. NULL on ENOMEM. */
+static fcl_file *file_new(fcl *c, uint64_t ino, const fcl_open_info *oi, char *key)
 {
+	fcl_file *f = calloc(1, sizeof(*f));
+	if (!f) {
+		free(key);
+		return NULL;
+	}
+	f->refs = 1;
+	f->ino = ino;
+	f->mount = oi->mount;
+	f->key = key;
+	memcpy(f->version, oi->version, sizeof(f->version));
+	f->size = oi->size;
+	f->block_size = oi->block_size;
+	pthread_mutex_init(&f->lock, NULL);
+	uint64_t budget_blocks = c->opts->readahead_budget / f->block_size;
+	fcl_ra_init(&f->ra, budget_blocks ? budget_blocks : 1);
+	return f;
+}
+
+int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg *em)
+{
+	fcl_open_info oi;
+	*hit = false;
+	int rc = fcl_meta_get_open(c->meta, ino, &oi);
+	if (rc == 0) {
+		*out = file_new(c, ino, &oi, oi.key);
+		*hit = *out != NULL;
+		return *out ? 0 : -ENOMEM;
+	}
 	count_call(c, FCL_MOP_OPEN);
 	Cis__OpenRequest req = CIS__OPEN_REQUEST__INIT;
 	req.inode = ino;
 	Cis__OpenReply *rep = NULL;
-	int rc = call(c->master, CIS_MSG_MASTER_OPEN, &req.base, &cis__open_reply__descriptor,
-	              (ProtobufCMessage **)&rep, 0, em);
+	rc = call(c->master, CIS_MSG_MASTER_OPEN, &req.base, &cis__open_reply__descriptor,
+	          (ProtobufCMessage **)&rep, 0, em);
 	if (rc) {
 		note_master_error(c, rc, em);
 		return rc;
@@ -224,32 +255,29 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, fcl_attr *attr, cis_er
 		rc = -EISDIR;
 		goto out_reply;
 	}
-	fcl_file *f = calloc(1, sizeof(*f));
-	if (!f) {
-		rc = -ENOMEM;
-		goto out_reply;
-	}
 	pthread_mutex_lock(&c->lock);
-	f->mount = do_mount_get(c, rep->mount);
+	oi.mount = do_mount_get(c, rep->mount);
 	pthread_mutex_unlock(&c->lock);
-	f->key = strdup(rep->inode->key ? rep->inode->key : "");
-	if (!f->mount || !f->key) {
-		free(f->key);
-		free(f);
+	oi.key = strdup(rep->inode->key ? rep->inode->key : "");
+	if (!oi.mount || !oi.key) {
+		free(oi.key);
 		rc = -ENOMEM;
 		goto out_reply;
 	}
-	f->refs = 1;
-	f->ino = ino;
-	snprintf(f->version, sizeof(f->version), "%s",
+	snprintf(oi.version, sizeof(oi.version), "%s",
 	         rep->inode->version ? rep->inode->version : "");
-	f->size = rep->inode->size;
-	f->block_size = rep->mount->block_size ? rep->mount->block_size : f->mount->block_size;
-	pthread_mutex_init(&f->lock, NULL);
-	uint64_t budget_blocks = c->opts->readahead_budget / f->block_size;
-	fcl_ra_init(&f->ra, budget_blocks ? budget_blocks : 1);
-	fcl_attr_from_inode(rep->inode, attr);
-	*out = f;
+	oi.size = rep->inode->size;
+	oi.block_size = rep->mount->block_size ? rep->mount->block_size : oi.mount->block_size;
+	fcl_attr a;
+	fcl_attr_from_inode(rep->inode, &a);
+	/* Cached only with a version: without one a change could not be told. */
+	if (oi.version[0])
+		fcl_meta_put_open(c->meta, &a, &oi);
+	else
+		fcl_meta_put_attr(c->meta, &a);
+	*out = file_new(c, ino, &oi, oi.key);
+	if (!*out)
+		rc = -ENOMEM;
 out_reply:
 	cis__open_reply__free_unpacked(rep, NULL);
 	return rc;

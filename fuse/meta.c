@@ -20,6 +20,14 @@ typedef struct cached {
 	fcl_attr attr;
 } cached;
 
+/* An open cache entry; oi.key belongs to the cache (freed under olock on
+ * every way out: expiry, eviction, replacement, invalidation). */
+typedef struct open_ent {
+	uint64_t expires_ns;
+	uint64_t vhash;
+	fcl_open_info oi;
+} open_ent;
+
 /* One request under way; waiters hold references. */
 typedef struct flight {
 	struct flight *next;
@@ -36,7 +44,9 @@ struct fcl_meta {
 	fcl_meta_src src;
 	uint64_t entry_ns, attr_ns, neg_ns;
 	fcl_lru *entries, *attrs;
-	pthread_mutex_t lock; /* guards flights */
+	fcl_lru *opens;        /* ino -> open_ent */
+	pthread_mutex_t olock; /* guards opens, so a key is freed exactly once */
+	pthread_mutex_t lock;  /* guards flights */
 	pthread_cond_t landed;
 	flight *flights;
 };
@@ -57,10 +67,17 @@ int fcl_meta_new(const fcl_meta_src *src, uint64_t entry_ms, uint64_t attr_ms, u
 	rc = fcl_lru_new(capacity, sizeof(cached), &m->attrs);
 	if (rc)
 		goto out_entries;
+	rc = fcl_lru_new(capacity < FCL_OPEN_CACHE_MAX ? capacity : FCL_OPEN_CACHE_MAX,
+	                 sizeof(open_ent), &m->opens);
+	if (rc)
+		goto out_attrs;
+	pthread_mutex_init(&m->olock, NULL);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->landed, NULL);
 	*out = m;
 	return 0;
+out_attrs:
+	fcl_lru_free(m->attrs);
 out_entries:
 	fcl_lru_free(m->entries);
 out_free:
@@ -74,6 +91,11 @@ void fcl_meta_free(fcl_meta *m)
 		return;
 	fcl_lru_free(m->entries);
 	fcl_lru_free(m->attrs);
+	open_ent e;
+	while (fcl_lru_pop(m->opens, &e))
+		free(e.oi.key);
+	fcl_lru_free(m->opens);
+	pthread_mutex_destroy(&m->olock);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->landed);
 	free(m);
@@ -125,11 +147,27 @@ void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr
 	fcl_meta_put_attr(m, a);
 }
 
+/* Drop the open entry of ino unless it is of version vhash (any version
+ * when drop_all). */
+static void open_drop(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all)
+{
+	open_ent e;
+	pthread_mutex_lock(&m->olock);
+	if (fcl_lru_get(m->opens, &ino, sizeof(ino), &e) && (drop_all || e.vhash != vhash)) {
+		fcl_lru_remove(m->opens, &ino, sizeof(ino), NULL);
+		free(e.oi.key);
+	}
+	pthread_mutex_unlock(&m->olock);
+}
+
 void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, a->ino);
 	cache_put(m->attrs, k, klen, m->attr_ns, false, a);
+	/* Another version: what its Open said no longer holds. */
+	if (!a->is_dir)
+		open_drop(m, a->ino, a->vhash, false);
 }
 
 void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
@@ -137,6 +175,60 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, ino);
 	fcl_lru_remove(m->attrs, k, klen, NULL);
+	open_drop(m, ino, 0, true);
+}
+
+void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
+{
+	fcl_meta_put_attr(m, a); /* drops an entry of another version */
+	if (m->attr_ns == 0)
+		return;
+	open_ent e = {.expires_ns = cis_mono_ns() + m->attr_ns, .vhash = a->vhash, .oi = *oi};
+	e.oi.key = strdup(oi->key ? oi->key : "");
+	if (!e.oi.key)
+		return; /* a cache: ENOMEM only costs a miss */
+	open_ent old;
+	bool evicted = false;
+	pthread_mutex_lock(&m->olock);
+	/* fcl_lru_put does not report a replaced value: take it out first. */
+	if (fcl_lru_remove(m->opens, &a->ino, sizeof(a->ino), &old))
+		free(old.oi.key);
+	if (fcl_lru_put(m->opens, &a->ino, sizeof(a->ino), &e, &old, &evicted))
+		free(e.oi.key);
+	else if (evicted)
+		free(old.oi.key);
+	pthread_mutex_unlock(&m->olock);
+}
+
+int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi)
+{
+	open_ent e;
+	int rc = 0;
+	pthread_mutex_lock(&m->olock);
+	if (!fcl_lru_get(m->opens, &ino, sizeof(ino), &e)) {
+		rc = -ENOENT;
+	} else if (e.expires_ns <= cis_mono_ns()) {
+		fcl_lru_remove(m->opens, &ino, sizeof(ino), NULL);
+		free(e.oi.key);
+		rc = -ENOENT;
+	} else {
+		*oi = e.oi;
+		oi->key = strdup(e.oi.key);
+		if (!oi->key)
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&m->olock);
+	return rc;
+}
+
+void fcl_meta_forget_open(fcl_meta *m, uint64_t ino)
+{
+	open_drop(m, ino, 0, true);
+}
+
+size_t fcl_meta_open_count(fcl_meta *m)
+{
+	return fcl_lru_count(m->opens);
 }
 
 /* The source request for one key, shared by every thread that asks while it

@@ -6,6 +6,12 @@
 
 #include <errno.h>
 
+static double gauge_opens(void *arg)
+{
+	fcl *c = arg;
+	return c->meta ? (double)fcl_meta_open_count(c->meta) : 0;
+}
+
 static double gauge_inodes(void *arg)
 {
 	fcl *c = arg;
@@ -61,6 +67,9 @@ int fcl_stats_init(fcl *c)
 	s->prefetch_blocks = cis_metrics_counter(s->reg, "cistern_fuse_prefetch_blocks_total", NULL,
 	                                         "Blocks asked of workers ahead of readers");
 	s->opens = cis_metrics_counter(s->reg, "cistern_fuse_opens_total", NULL, "Files opened");
+	s->open_cache_hits =
+	    cis_metrics_counter(s->reg, "cistern_fuse_open_cache_hits_total", NULL,
+	                        "Opens answered from the open cache (no master request)");
 	s->master_errors = cis_metrics_counter(s->reg, "cistern_fuse_master_errors_total", NULL,
 	                                       "Master requests that failed");
 	s->read_seconds = cis_metrics_histogram(s->reg, "cistern_fuse_read_seconds", NULL,
@@ -70,14 +79,16 @@ int fcl_stats_init(fcl *c)
 	    "Time reads waited on cache misses (worker fetch or store); _sum is the total", NULL,
 	    0);
 	ok = ok && s->failovers && s->store_errors && s->erofs && s->prefetch_blocks && s->opens &&
-	     s->master_errors && s->read_seconds && s->stall_seconds;
+	     s->open_cache_hits && s->master_errors && s->read_seconds && s->stall_seconds;
 	ok = ok &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_inodes", NULL,
 	                          "Nodes the kernel holds a lookup on", gauge_inodes, c) == 0 &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_local_fds", NULL,
 	                          "Short-circuit descriptors cached", gauge_fds, c) == 0 &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_workers", NULL, "Workers in the list",
-	                          gauge_workers, c) == 0;
+	                          gauge_workers, c) == 0 &&
+	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_open_cache_entries", NULL,
+	                          "Files whose Open reply is cached", gauge_opens, c) == 0;
 	return ok ? 0 : -ENOMEM;
 }
 

@@ -228,6 +228,119 @@ Test(fuse_meta, single_flight)
 	fcl_meta_free(m);
 }
 
+/* ---- open cache ---- */
+
+static fcl_open_info open_info(const char *key, const char *version, uint64_t size)
+{
+	fcl_open_info oi = {.mount = (struct fcl_mount *)0x1000,
+	                    .key = (char *)key,
+	                    .size = size,
+	                    .block_size = 1 << 20};
+	snprintf(oi.version, sizeof(oi.version), "%s", version);
+	return oi;
+}
+
+Test(fuse_open_cache, hit_copies_and_expires_with_attrs)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 40);
+	fcl_open_info got;
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	fcl_attr a = {.ino = 9, .size = 500, .mode = 0644, .nlink = 1, .vhash = 77};
+	fcl_open_info oi = open_info("dir/file.bin", "\"etag1\"", 500);
+	fcl_meta_put_open(m, &a, &oi);
+	cr_assert_eq(fcl_meta_open_count(m), 1);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	cr_assert_str_eq(got.key, "dir/file.bin");
+	cr_assert_neq(got.key, oi.key, "the caller gets its own copy");
+	cr_assert_str_eq(got.version, "\"etag1\"");
+	cr_assert_eq(got.size, 500);
+	cr_assert_eq(got.block_size, 1 << 20);
+	cr_assert_eq(got.mount, oi.mount, "the mount is shared, not copied");
+	free(got.key);
+	/* The open also filled the attribute cache. */
+	fcl_attr b;
+	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL), 0);
+	cr_assert_eq(b.vhash, 77);
+	cr_assert_eq(atomic_load(&f.getattrs), 0);
+	/* Past the attribute timeout the entry is gone, like the attributes. */
+	usleep(80 * 1000);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	cr_assert_eq(fcl_meta_open_count(m), 0);
+	fcl_meta_free(m);
+
+	/* An attribute timeout of 0 caches nothing. */
+	fake_src g = {0};
+	m = new_meta(&g, 0);
+	fcl_meta_put_open(m, &a, &oi);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	fcl_meta_free(m);
+}
+
+Test(fuse_open_cache, other_version_or_forget_invalidates)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	fcl_open_info got;
+	fcl_attr a = {.ino = 9, .size = 500, .mode = 0644, .nlink = 1, .vhash = 77};
+	fcl_open_info oi = open_info("k", "v1", 500);
+	fcl_meta_put_open(m, &a, &oi);
+	/* Attributes of the same version (a listing, a getattr) keep it. */
+	fcl_meta_put_attr(m, &a);
+	fcl_meta_put(m, 1, "k", &a);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	free(got.key);
+	/* Another version drops it: the next open asks the master. */
+	fcl_attr a2 = a;
+	a2.vhash = 78;
+	a2.size = 600;
+	fcl_meta_put_attr(m, &a2);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	/* A newer open replaces the entry (the old key freed: ASan would see). */
+	fcl_meta_put_open(m, &a, &oi);
+	oi = open_info("k", "v2", 600);
+	fcl_meta_put_open(m, &a2, &oi);
+	cr_assert_eq(fcl_meta_open_count(m), 1);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	cr_assert_str_eq(got.version, "v2");
+	cr_assert_eq(got.size, 600);
+	free(got.key);
+	/* The kernel forgetting the inode drops it, and only it. */
+	fcl_attr other = {.ino = 10, .vhash = 5};
+	fcl_meta_put_open(m, &other, &oi);
+	fcl_meta_forget_open(m, 9);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	cr_assert_eq(fcl_meta_get_open(m, 10, &got), 0);
+	free(got.key);
+	fcl_meta_forget_attr(m, 10);
+	cr_assert_eq(fcl_meta_get_open(m, 10, &got), -ENOENT);
+	fcl_meta_free(m);
+}
+
+/* The cache is bounded by the metadata capacity: the least recently used
+ * entry goes (its key freed), the rest stay. */
+Test(fuse_open_cache, bounded_lru)
+{
+	fake_src f = {0};
+	fcl_meta_src src = {fake_lookup, fake_getattr, &f};
+	fcl_meta *m;
+	cr_assert_eq(fcl_meta_new(&src, 60000, 60000, 60000, 3, &m), 0);
+	fcl_open_info oi = open_info("k", "v", 1);
+	for (uint64_t ino = 1; ino <= 5; ino++) {
+		fcl_attr a = {.ino = ino, .vhash = ino};
+		fcl_meta_put_open(m, &a, &oi);
+	}
+	cr_assert_eq(fcl_meta_open_count(m), 3);
+	fcl_open_info got;
+	cr_assert_eq(fcl_meta_get_open(m, 1, &got), -ENOENT);
+	cr_assert_eq(fcl_meta_get_open(m, 2, &got), -ENOENT);
+	for (uint64_t ino = 3; ino <= 5; ino++) {
+		cr_assert_eq(fcl_meta_get_open(m, ino, &got), 0);
+		free(got.key);
+	}
+	fcl_meta_free(m); /* frees the keys still held */
+}
+
 /* ---- readahead ---- */
 
 #define MiB (1u << 20)
