@@ -602,7 +602,7 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 		/* Directories below that were loaded before (or mount points). */
 		mst_inode *ents;
 		size_t n;
-		uint64_t cookie = 0, next;
+		uint64_t cookie = 0, next = 0;
 		bool eof = false;
 		while (!err && !eof) {
 			err = mst_ns_readdir(m, id, cookie, 1024, &ents, &n, &next, &eof, em);

@@ -47,8 +47,11 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 	mdb_env_set_maxreaders(m->env, 1024);
 	mdb_env_set_mapsize(m->env, map_size ? map_size : (64ull << 30));
 	/* MDB_NOTLS: read transactions are not tied to threads (I/O threads
-	 * and the HTTP thread each open short ones). */
-	rc = mdb_env_open(m->env, dir, MDB_NOTLS, 0600);
+	 * and the HTTP thread each open short ones). MDB_NORDAHEAD: lookups
+	 * touch random pages of a map that may be far larger than memory;
+	 * readahead would only fill the page cache (and our RSS) with
+	 * neighbours nobody asked for. */
+	rc = mdb_env_open(m->env, dir, MDB_NOTLS | MDB_NORDAHEAD, 0600);
 	if (rc) {
 		cis_fail(em, lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
 		goto out_env;
