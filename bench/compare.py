@@ -144,7 +144,19 @@ class CopyFirst(System):
         shutil.rmtree(os.path.join(self.env.work, "copy"), ignore_errors=True)
 
 
-class S3fs(System):
+class FuseMount(System):
+    """A peer that runs its own FUSE process (self.proc) on env.mnt."""
+    def teardown(self):
+        unmount(self.env.mnt)
+        if self.proc:
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class S3fs(FuseMount):
     name = "s3fs"
 
     def setup(self):
@@ -161,17 +173,8 @@ class S3fs(System):
         wait_mounted(mnt, self.proc)
         return mnt, time.monotonic() - t0
 
-    def teardown(self):
-        unmount(self.env.mnt)
-        if self.proc:
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
-
-class Rclone(System):
+class Rclone(FuseMount):
     name = "rclone"
 
     def setup(self):
@@ -190,15 +193,6 @@ class Rclone(System):
             env=self.env.rclone_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_mounted(mnt, self.proc)
         return mnt, time.monotonic() - t0
-
-    def teardown(self):
-        unmount(self.env.mnt)
-        if self.proc:
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class Cistern(System):
