@@ -432,6 +432,25 @@ static void do_note_blocks(mst_workers *w, struct worker *wk, const ProtobufCBin
 	}
 }
 
+/* A worker we just heard from: it counts as alive from now. NULL when the
+ * master does not know it (after a restart, or once declared lost).
+ * Caller holds w->lock. */
+static struct worker *do_heard_from(mst_workers *w, uint64_t id)
+{
+	struct worker *wk = find(w, id);
+
+	if (wk)
+		wk->last_ms = cis_mono_ms();
+	return wk;
+}
+
+/* The answer a worker recognises (by -ENOENT) as "register, then send a
+ * full block report". */
+static int unknown_worker(cis_errmsg *em)
+{
+	return cis_fail(em, -ENOENT, "unknown worker, register again");
+}
+
 int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
                           cis_errmsg *em)
 {
@@ -441,13 +460,12 @@ int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req_msg, Proto
 		return -ENOMEM;
 	cis__heartbeat_reply__init(r);
 	pthread_mutex_lock(&w->lock);
-	struct worker *wk = find(w, req->worker_id);
+	struct worker *wk = do_heard_from(w, req->worker_id);
 	if (!wk) {
 		pthread_mutex_unlock(&w->lock);
 		free(r);
-		return cis_fail(em, -ENOENT, "unknown worker, register again");
+		return unknown_worker(em);
 	}
-	wk->last_ms = cis_mono_ms();
 	wk->capacity = req->capacity;
 	wk->used = req->used;
 	wk->info->capacity = req->capacity;
@@ -469,13 +487,12 @@ int mst_workers_report(mst_workers *w, const ProtobufCMessage *req_msg, Protobuf
 		return -ENOMEM;
 	cis__block_report_reply__init(r);
 	pthread_mutex_lock(&w->lock);
-	struct worker *wk = find(w, req->worker_id);
+	struct worker *wk = do_heard_from(w, req->worker_id);
 	if (!wk) {
 		pthread_mutex_unlock(&w->lock);
 		free(r);
-		return cis_fail(em, -ENOENT, "unknown worker, register again");
+		return unknown_worker(em);
 	}
-	wk->last_ms = cis_mono_ms();
 	if (req->first) {
 		loc_drop_worker(w, wk->id);
 		wk->blocks = 0;
