@@ -45,6 +45,8 @@
 #define CREDS_FILE_MAX (1u << 20)
 #define LIST_MAX_KEYS  1000
 
+#define MAX_CONNECTS 256L /* connections kept open to the store */
+
 struct s3 {
 	char *bucket;
 	char *prefix; /* root prefix without slashes at either end; "" for none */
@@ -531,6 +533,10 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_URL, url.data);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
 	curl_easy_setopt(c, CURLOPT_SHARE, s->share);
+	/* curl_easy_perform keeps at most MAXCONNECTS (default 5) connections
+	 * in the shared cache and closes the rest when a transfer ends: with
+	 * more threads than that every request would open a new connection. */
+	curl_easy_setopt(c, CURLOPT_MAXCONNECTS, MAX_CONNECTS);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);

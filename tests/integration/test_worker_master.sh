@@ -114,6 +114,17 @@ wcl /s3/big.bin cat >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" "$CIS_TMP/src/big.bin" || fail "big.bin differs"
 wait_for 15 bash -c "[ \$(curl -fsS http://127.0.0.1:$M_HTTP/api/v1/report | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"blocks_indexed\"])') = 11 ]"
 
+log "fetches reuse the store's connections (more GETs than connections)"
+s3_reset_stats
+for _ in 1 2 3; do
+	wcl /s3/big.bin free 0 1 2 3 4 5 6 7 >/dev/null
+	wcl /s3/big.bin load 0 1 2 3 4 5 6 7 >/dev/null
+done
+gets=$(s3gets)
+conns=$(s3_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["connections"])')
+[ "$gets" -ge 24 ] || fail "3 loads of 8 blocks made $gets GETs"
+[ "$conns" -le 10 ] || fail "$gets GETs opened $conns connections to the store"
+
 log "master restart: the worker registers again and reports in full"
 kill -9 "$MPID"
 wait "$MPID" 2>/dev/null || true

@@ -13,7 +13,8 @@
 // UNSIGNED-PAYLOAD) is checked against the body; only complete bodies that
 // match are sent on.
 //
-// Test hooks: GET /__front/stats (requests per method, refusals),
+// Test hooks: GET /__front/stats (requests per method, refusals, client
+// connections accepted),
 // POST /__front/reset (zero them).
 //
 // Usage: node s3front.js --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT
@@ -268,7 +269,7 @@ function main() {
   }
   const listen = hostPort(opts.listen);
   const upstream = hostPort(opts.upstream);
-  const stats = { requests: {}, refused: 0, forwarded: 0, upstream_errors: 0 };
+  const stats = { requests: {}, refused: 0, forwarded: 0, upstream_errors: 0, connections: 0 };
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 
   const server = http.createServer(async (req, res) => {
@@ -283,6 +284,7 @@ function main() {
       stats.refused = 0;
       stats.forwarded = 0;
       stats.upstream_errors = 0;
+      stats.connections = 0;
       res.writeHead(204);
       res.end();
       return;
@@ -593,6 +595,7 @@ function main() {
     up.end(body);
   }
   server.keepAliveTimeout = 30000;
+  server.on('connection', () => stats.connections++);
   server.on('clientError', (err, sock) => sock.destroy());
   server.listen(listen.port, listen.host, () => {
     const addr = server.address();
