@@ -142,12 +142,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fcl_inodes_forget(c->inodes, a.ino, 1); /* the kernel never saw it */
 }
 
-/* The kernel dropped nlookup references. The open cache keeps the file:
- * it is bounded by itself, and the kernel forgets inodes whenever it
- * drops caches, which must not send every later open to the master. */
+/* The kernel dropped nlookup references; once it holds none, the open
+ * cache forgets the file too (memory follows what the kernel holds). */
 static void forget(fcl *c, fuse_ino_t ino, uint64_t nlookup)
 {
-	(void)fcl_inodes_forget(c->inodes, to_master(c, ino), nlookup);
+	uint64_t mino = to_master(c, ino);
+	if (fcl_inodes_forget(c->inodes, mino, nlookup))
+		fcl_meta_forget_open(c->meta, mino);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
