@@ -59,6 +59,10 @@ s3gets() {
 	s3_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("GET", 0))'
 }
 
+s3conns() {
+	s3_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["connections"])'
+}
+
 s3put_file() {
 	curl -fsS --aws-sigv4 "aws:amz:$CIS_S3_REGION:s3" \
 		--user "$CIS_S3_ACCESS_KEY:$CIS_S3_SECRET_KEY" \
@@ -121,7 +125,7 @@ for _ in 1 2 3; do
 	wcl /s3/big.bin load 0 1 2 3 4 5 6 7 >/dev/null
 done
 gets=$(s3gets)
-conns=$(s3_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["connections"])')
+conns=$(s3conns)
 [ "$gets" -ge 24 ] || fail "3 loads of 8 blocks made $gets GETs"
 [ "$conns" -le 10 ] || fail "$gets GETs opened $conns connections to the store"
 
