@@ -69,6 +69,7 @@ typedef struct fcl_stats {
 	cis_counter *bytes[FCL_PATH_N];
 	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
 	cis_counter *open_cache_hits;
+	cis_counter *stale_reads;
 	cis_counter *master_errors;
 	cis_counter *master_calls[FCL_MOP_N];
 	cis_histogram *read_seconds;  /* per FUSE read */

@@ -138,8 +138,8 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino);
  * while its version does not, so an open(2) needs no master request while
  * the inode's attributes are cached. An entry lives as long as the
  * attributes put with it (attr timeout: no staler than getattr), and goes
- * when the attribute cache learns another version of the inode or the
- * kernel forgets it. Bounded by the attribute cache's capacity (at most
+ * when the attribute cache learns another version of the inode (or
+ * forgets it). Bounded by the attribute cache's capacity (at most
  * FCL_OPEN_CACHE_MAX). Off when the attribute timeout is 0. */
 #define FCL_OPEN_CACHE_MAX 65536
 
@@ -158,8 +158,7 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi);
 /* 0 and *oi (oi->key the caller's to free) while the entry is valid;
  * -ENOENT on a miss, -ENOMEM. */
 int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi);
-/* Drop what is cached about ino: the kernel forgot it. */
-void fcl_meta_forget_open(fcl_meta *m, uint64_t ino);
+/* Entries in the open cache. */
 size_t fcl_meta_open_count(fcl_meta *m);
 
 /* ---- readahead (readahead.c) ---- */

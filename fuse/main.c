@@ -142,13 +142,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fcl_inodes_forget(c->inodes, a.ino, 1); /* the kernel never saw it */
 }
 
-/* The kernel dropped nlookup references; once it holds none, the open
- * cache forgets the file too (memory follows what the kernel holds). */
+/* The kernel dropped nlookup references. The open cache keeps the file:
+ * it is bounded by itself, and the kernel forgets inodes whenever it
+ * drops caches, which must not send every later open to the master. */
 static void forget(fcl *c, fuse_ino_t ino, uint64_t nlookup)
 {
-	uint64_t mino = to_master(c, ino);
-	if (fcl_inodes_forget(c->inodes, mino, nlookup))
-		fcl_meta_forget_open(c->meta, mino);
+	(void)fcl_inodes_forget(c->inodes, to_master(c, ino), nlookup);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -447,10 +446,23 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
+/* A read found the object changed in the store (-ESTALE): whatever is
+ * cached about its version is wrong. Drop it so the next open asks the
+ * master (and drops the kernel's pages), and drop the kernel's attributes
+ * (a negative offset: no page is touched, so this cannot deadlock with the
+ * read in progress). */
+static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
+{
+	fcl_meta_forget_attr(c->meta, f->ino);
+	(void)fcl_lru_remove(c->versions, &f->ino, sizeof(f->ino), NULL);
+	cis_counter_inc(c->stats.stale_reads);
+	if (c->se)
+		(void)fuse_lowlevel_notify_inval_inode(c->se, ino, -1, 0);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-	(void)ino;
 	fcl *c = req_fcl(req);
 	fcl_file *f = (fcl_file *)(uintptr_t)fi->fh;
 	fcl_file_ref(f); /* the readahead below runs after the reply */
@@ -467,6 +479,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	cis_errmsg em = {{0}};
 	int rc = fcl_read(c, f, (uint64_t)off, size, segs, nmax, &n, &em);
 	if (rc) {
+		if (rc == -ESTALE)
+			forget_changed(c, ino, f);
 		fuse_reply_err(req, kernel_err(rc));
 	} else if (n == 0) {
 		fuse_reply_buf(req, NULL, 0);

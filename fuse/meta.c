@@ -221,11 +221,6 @@ int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi)
 	return rc;
 }
 
-void fcl_meta_forget_open(fcl_meta *m, uint64_t ino)
-{
-	open_drop(m, ino, 0, true);
-}
-
 size_t fcl_meta_open_count(fcl_meta *m)
 {
 	return fcl_lru_count(m->opens);

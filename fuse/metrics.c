@@ -70,6 +70,9 @@ int fcl_stats_init(fcl *c)
 	s->open_cache_hits =
 	    cis_metrics_counter(s->reg, "cistern_fuse_open_cache_hits_total", NULL,
 	                        "Opens answered from the open cache (no master request)");
+	s->stale_reads = cis_metrics_counter(s->reg, "cistern_fuse_stale_reads_total", NULL,
+	                                     "Reads that found the object changed in the store "
+	                                     "(ESTALE; the next open asks the master)");
 	s->master_errors = cis_metrics_counter(s->reg, "cistern_fuse_master_errors_total", NULL,
 	                                       "Master requests that failed");
 	s->read_seconds = cis_metrics_histogram(s->reg, "cistern_fuse_read_seconds", NULL,
@@ -79,7 +82,8 @@ int fcl_stats_init(fcl *c)
 	    "Time reads waited on cache misses (worker fetch or store); _sum is the total", NULL,
 	    0);
 	ok = ok && s->failovers && s->store_errors && s->erofs && s->prefetch_blocks && s->opens &&
-	     s->open_cache_hits && s->master_errors && s->read_seconds && s->stall_seconds;
+	     s->open_cache_hits && s->stale_reads && s->master_errors && s->read_seconds &&
+	     s->stall_seconds;
 	ok = ok &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_inodes", NULL,
 	                          "Nodes the kernel holds a lookup on", gauge_inodes, c) == 0 &&

@@ -106,6 +106,15 @@ if [ -w /proc/sys/vm/drop_caches ]; then
 	echo 2 >/proc/sys/vm/drop_caches
 	wait_for 20 bash -c "[ \$(curl -sf http://127.0.0.1:$FHTTP/metrics | awk '\$1 == \"cistern_fuse_inodes\" { print int(\$2) }') -lt 5000 ]" ||
 		fail "inode table did not shrink after the kernel forgot"
+	# Opens are remembered past the kernel forgetting the inodes (a warm
+	# epoch after the page cache was dropped asks the master nothing).
+	cat "$MNT"/many/f0000* >/dev/null
+	sync
+	echo 2 >/proc/sys/vm/drop_caches
+	op0=$(metric 'cistern_fuse_master_requests_total{op="open"}')
+	cat "$MNT"/many/f0000* >/dev/null
+	op=$(($(metric 'cistern_fuse_master_requests_total{op="open"}') - op0))
+	assert_eq "$op" 0 "master Opens for 10 files opened again after the kernel forgot them"
 fi
 
 # Negative entries: a missing name asked 50 times costs one lookup at most.

@@ -277,7 +277,7 @@ Test(fuse_open_cache, hit_copies_and_expires_with_attrs)
 	fcl_meta_free(m);
 }
 
-Test(fuse_open_cache, other_version_or_forget_invalidates)
+Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 {
 	fake_src f = {0};
 	fcl_meta *m = new_meta(&f, 60000);
@@ -305,10 +305,10 @@ Test(fuse_open_cache, other_version_or_forget_invalidates)
 	cr_assert_str_eq(got.version, "v2");
 	cr_assert_eq(got.size, 600);
 	free(got.key);
-	/* The kernel forgetting the inode drops it, and only it. */
+	/* Forgetting one inode's attributes drops its entry, and only it. */
 	fcl_attr other = {.ino = 10, .vhash = 5};
 	fcl_meta_put_open(m, &other, &oi);
-	fcl_meta_forget_open(m, 9);
+	fcl_meta_forget_attr(m, 9);
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
 	cr_assert_eq(fcl_meta_get_open(m, 10, &got), 0);
 	free(got.key);
