@@ -11,6 +11,14 @@
  * queues: reads a client waits on (high) before prefetch and load (low). A
  * low fetch that a reader joins moves to the high queue.
  *
+ * A thread that takes a fetch also takes the queued fetches of the blocks
+ * that follow it in the same object (up to FX_SPAN_BYTES in all) and reads
+ * them from the store with one ranged GET, filling each block in turn:
+ * loads and readahead queue runs of consecutive blocks, and a store serves
+ * a few large ranges much better than many small ones (s3rver: 4 MiB
+ * ranges 0.8 of the throughput of 16 MiB ones), on top of the saved
+ * request latency and per-request cost of a cloud store.
+ *
  * When the cache cannot take the block (no space, a dir read-only or gone)
  * a reader is served by a direct read from the store into its reply
  * ("direct" jobs), so a sick disk costs caching, not service. */
@@ -30,7 +38,9 @@
 #include "cistern/msgtype.h"
 #include "cistern/time.h"
 
-#define FX_BUCKETS 4096
+#define FX_BUCKETS    4096
+#define FX_SPAN_BYTES (16u << 20) /* at most this much per store GET */
+#define FX_SPAN_MAX   16          /* and at most this many blocks */
 
 enum { W_STREAM, W_DONE };
 enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
@@ -70,6 +80,7 @@ struct fetch {
 	int prio;
 	bool running;
 	bool pin;
+	bool alone; /* fetched by itself (a span it was in failed) */
 	char *src_host;
 	uint16_t src_port;
 	job *queued; /* while in a queue */
@@ -90,6 +101,7 @@ struct wrk_fx {
 	fetch *table[FX_BUCKETS];
 	uint64_t inflight;
 	job *q_head[2], *q_tail[2];
+	int batching; /* batches being queued: the low queue waits */
 	pthread_t *threads;
 	int nthreads;
 	bool stop;
@@ -138,24 +150,63 @@ static void enqueue(wrk_fx *fx, job *j, int prio)
 	pthread_mutex_unlock(&fx->mu);
 }
 
-/* Move a queued low-priority fetch to the high queue. O(queue length). */
-static void do_upgrade(wrk_fx *fx, fetch *f)
+/* Take j out of queue prio. O(queue length). False if it is not there. */
+static bool do_unqueue(wrk_fx *fx, job *j, int prio)
 {
 	job **pp, *prev = NULL;
 
+	for (pp = &fx->q_head[prio]; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			if (fx->q_tail[prio] == j)
+				fx->q_tail[prio] = prev;
+			return true;
+		}
+	return false;
+}
+
+/* Move a queued low-priority fetch to the high queue. */
+static void do_upgrade(wrk_fx *fx, fetch *f)
+{
 	if (f->prio == WRK_PRIO_HIGH || !f->queued)
 		return;
-	for (pp = &fx->q_head[WRK_PRIO_LOW]; *pp; prev = *pp, pp = &(*pp)->next)
-		if (*pp == f->queued) {
-			job *j = *pp;
+	if (do_unqueue(fx, f->queued, WRK_PRIO_LOW)) {
+		f->prio = WRK_PRIO_HIGH;
+		do_enqueue(fx, f->queued, WRK_PRIO_HIGH);
+	}
+}
 
-			*pp = j->next;
-			if (fx->q_tail[WRK_PRIO_LOW] == j)
-				fx->q_tail[WRK_PRIO_LOW] = prev;
-			f->prio = WRK_PRIO_HIGH;
-			do_enqueue(fx, j, WRK_PRIO_HIGH);
-			return;
-		}
+/* head was just taken from its queue. Take with it the queued fetches of
+ * the blocks that follow it in its object, as long as they are
+ * consecutive, fetched from the store and within the span: span[0] = head,
+ * the count returned. Caller holds fx->mu. */
+static size_t do_take_span(wrk_fx *fx, fetch *head, fetch **span)
+{
+	const wrk_ref *r = &head->ref;
+	uint64_t nblocks = (r->file_size + r->block_size - 1) / r->block_size;
+	uint64_t max = FX_SPAN_BYTES / r->block_size;
+	size_t n = 1;
+
+	span[0] = head;
+	if (head->src_host || head->alone)
+		return 1;
+	if (max > FX_SPAN_MAX)
+		max = FX_SPAN_MAX;
+	while (n < max && r->index + n < nblocks) {
+		cis_block_id id =
+		    cis_block_id_make(r->mount_id, r->key, r->version, r->block_size, r->index + n);
+		fetch *g = do_find(fx, id);
+
+		if (!g || !g->queued || g->src_host || g->alone || g->ref.index != r->index + n ||
+		    g->ref.file_size != r->file_size || strcmp(g->ref.key, r->key) != 0 ||
+		    strcmp(g->ref.version, r->version) != 0 || !do_unqueue(fx, g->queued, g->prio))
+			break;
+		free(g->queued);
+		g->queued = NULL;
+		g->running = true;
+		span[n++] = g;
+	}
+	return n;
 }
 
 static void reply_msg(Cis__ReadBlockReply *r, uint64_t total, uint64_t off, bool cached)
@@ -514,6 +565,21 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	return false;
 }
 
+void wrk_fx_batch_begin(wrk_fx *fx)
+{
+	pthread_mutex_lock(&fx->mu);
+	fx->batching++;
+	pthread_mutex_unlock(&fx->mu);
+}
+
+void wrk_fx_batch_end(wrk_fx *fx)
+{
+	pthread_mutex_lock(&fx->mu);
+	fx->batching--;
+	pthread_cond_broadcast(&fx->cv);
+	pthread_mutex_unlock(&fx->mu);
+}
+
 uint64_t wrk_fx_inflight(wrk_fx *fx)
 {
 	uint64_t n;
@@ -668,37 +734,32 @@ static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *e
 	free(f);
 }
 
-static void run_fill(wrk_fx *fx, fetch *f)
+/* Everything a fill needs before bytes come: a checksum, the mount (the
+ * reference checked against it before anything is cached under its id)
+ * and a temporary file in the dir with the most free space (a dir that
+ * fails is skipped for the next). On failure f is finished: false. */
+static bool fill_prepare(wrk_fx *fx, fetch *f, cis_ufs **ufs)
 {
 	wrk *w = fx->w;
-	fill_ctx fc = {fx, f};
 	cis_errmsg em = {{0}};
-	cis_ufs *ufs = NULL;
-	uint64_t got = 0;
-	int rc, tries;
-	bool local = false;
 	char hex[CIS_BLOCK_ID_HEX];
+	int rc, tries;
 
 	f->start_ns = cis_mono_ns();
-	cis_block_id_fmt(f->ref.id, hex);
 	f->cs = cis_checksum_new();
 	if (!f->cs) {
 		finish(fx, f, -ENOMEM, false, NULL);
-		return;
+		return false;
 	}
-	/* The mount, and the reference checked against it, before anything
-	 * is cached under its id (a peer copy included). */
-	rc = wrk_link_check_ref(w->link, &f->ref, &ufs, &em);
+	rc = wrk_link_check_ref(w->link, &f->ref, ufs, &em);
 	if (rc < 0) {
 		if (rc == -EINVAL)
 			cis_counter_inc(w->m.bad_requests);
 		else
 			cis_counter_inc(w->m.store_errors);
 		finish(fx, f, rc, false, &em);
-		return;
+		return false;
 	}
-	/* Room and a temporary file, in the dir with the most free space;
-	 * a dir that fails is skipped for the next. */
 	for (tries = 0, rc = -ENOSPC; tries < WRK_MAX_DIRS; tries++) {
 		int fd;
 
@@ -710,24 +771,82 @@ static void run_fill(wrk_fx *fx, fetch *f)
 			pthread_mutex_lock(&fx->mu);
 			f->fd = fd;
 			pthread_mutex_unlock(&fx->mu);
-			break;
+			return true;
 		}
 		wrk_bs_unreserve(w->bs, f->dir, f->len);
 		rc = fd;
 		f->dir = -1;
 	}
-	if (f->fd < 0) {
-		cis_log_limited(CIS_LOG_WARN, "worker:nocache", 60,
-		                "no cache room for a block, serving it from the store uncached",
-		                "block=%s err=\"%s\"", hex, cis_strerror(rc));
-		cis_fail(&em, rc, "cache: %s", cis_strerror(rc));
-		finish(fx, f, rc, true, &em);
+	cis_block_id_fmt(f->ref.id, hex);
+	cis_log_limited(CIS_LOG_WARN, "worker:nocache", 60,
+	                "no cache room for a block, serving it from the store uncached",
+	                "block=%s err=\"%s\"", hex, cis_strerror(rc));
+	cis_fail(&em, rc, "cache: %s", cis_strerror(rc));
+	finish(fx, f, rc, true, &em);
+	return false;
+}
+
+/* The bytes are in (rc 0) or the fill failed with rc: commit or clean up,
+ * and finish f. */
+static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
+{
+	wrk *w = fx->w;
+	bool local = false;
+	char hex[CIS_BLOCK_ID_HEX];
+
+	if (rc == 0 && f->filled != f->len)
+		rc = cis_fail(em, -CIS_E_CHANGED,
+		              "%s: short read (%" PRIu64 " of %" PRIu64
+		              " bytes): the object changed",
+		              f->ref.key, f->filled, f->len);
+	if (f->local_err) {
+		rc = -f->local_err;
+		local = true;
+		wrk_bs_dir_error(w->bs, f->dir, rc, "write");
+		cis_fail(em, rc, "cache write: %s", cis_strerror(rc));
+	} else if (rc < 0) {
+		cis_counter_inc(w->m.store_errors);
+		cis_block_id_fmt(f->ref.id, hex);
+		cis_log_limited(CIS_LOG_WARN, "worker:fetch", 10, "block fetch failed",
+		                "block=%s key=%s err=\"%s\"", hex, f->ref.key,
+		                cis_errmsg_or(em, rc));
+	}
+	if (rc < 0) {
+		unlink(f->tmp);
+		wrk_bs_unreserve(w->bs, f->dir, f->len);
+		finish(fx, f, rc, local, em);
 		return;
 	}
+	/* Every streaming waiter gets its last bytes before the rename. */
+	pthread_mutex_lock(&fx->mu);
+	do_flush(fx, f, true);
+	pthread_mutex_unlock(&fx->mu);
+	rc = wrk_bs_commit(w->bs, f->dir, f->ref.id, f->len, cis_checksum_digest(f->cs), f->tmp,
+	                   f->pin);
+	if (rc < 0) {
+		cis_fail(em, rc, "cache commit: %s", cis_strerror(rc));
+		local = is_local_err(-rc);
+	}
+	finish(fx, f, rc, local, em);
+}
 
+static void run_fill(wrk_fx *fx, fetch *f)
+{
+	wrk *w = fx->w;
+	fill_ctx fc = {fx, f};
+	cis_errmsg em = {{0}};
+	cis_ufs *ufs = NULL;
+	uint64_t got = 0;
+	int rc = 0;
+
+	if (!fill_prepare(fx, f, &ufs))
+		return;
 	if (f->src_host) {
 		rc = fill_from_peer(w, &fc, &em);
 		if (rc < 0 && !f->local_err) {
+			char hex[CIS_BLOCK_ID_HEX];
+
+			cis_block_id_fmt(f->ref.id, hex);
 			cis_log_limited(CIS_LOG_WARN, "worker:peer", 30,
 			                "copy from peer failed, fetching from the store",
 			                "block=%s err=\"%s\"", hex, cis_errmsg_or(&em, rc));
@@ -740,48 +859,118 @@ static void run_fill(wrk_fx *fx, fetch *f)
 			f->src_host = NULL;
 			rc = 0;
 		}
-	} else {
-		rc = 0;
 	}
 	if (rc == 0 && !f->src_host) {
 		cis_counter_inc(w->m.store_reads);
 		rc = cis_ufs_read(ufs, f->ref.key, f->ref.version, f->ref.index * f->ref.block_size,
 		                  f->len, fill_write, &fc, &got, &em);
 		cis_counter_add(w->m.store_bytes, got);
-		if (rc == 0 && f->filled != f->len)
-			rc = cis_fail(&em, -CIS_E_CHANGED,
-			              "%s: short read (%" PRIu64 " of %" PRIu64
-			              " bytes): the object changed",
-			              f->ref.key, f->filled, f->len);
 	}
-	if (f->local_err) {
-		rc = -f->local_err;
-		local = true;
-		wrk_bs_dir_error(w->bs, f->dir, rc, "write");
-		cis_fail(&em, rc, "cache write: %s", cis_strerror(rc));
-	} else if (rc < 0) {
-		cis_counter_inc(w->m.store_errors);
-		cis_log_limited(CIS_LOG_WARN, "worker:fetch", 10, "block fetch failed",
-		                "block=%s key=%s err=\"%s\"", hex, f->ref.key,
-		                cis_errmsg_or(&em, rc));
+	fill_complete(fx, f, rc, &em);
+}
+
+/* ---- a span of consecutive blocks in one store read ---- */
+
+typedef struct span_ctx {
+	wrk_fx *fx;
+	fetch **f;
+	size_t n, cur; /* f[cur] takes the next bytes */
+} span_ctx;
+
+static int span_write(void *arg, const void *data, size_t len)
+{
+	span_ctx *sc = arg;
+	const char *p = data;
+
+	while (len) {
+		if (sc->cur == sc->n)
+			return -CIS_E_STORE; /* more than the span holds */
+		fetch *f = sc->f[sc->cur];
+		fill_ctx fc = {sc->fx, f};
+		size_t take = f->len - f->filled < len ? (size_t)(f->len - f->filled) : len;
+		int rc = fill_write(&fc, p, take);
+
+		if (rc < 0)
+			return rc;
+		p += take;
+		len -= take;
+		if (f->filled == f->len)
+			sc->cur++;
 	}
-	if (rc < 0) {
+	return 0;
+}
+
+/* Put f, which has no bytes yet (prepared or not), back in its queue to
+ * be fetched alone. */
+static void requeue_alone(wrk_fx *fx, fetch *f)
+{
+	job *j = calloc(1, sizeof(*j));
+	int fd = f->fd;
+
+	if (fd >= 0) {
 		unlink(f->tmp);
-		wrk_bs_unreserve(w->bs, f->dir, f->len);
-		finish(fx, f, rc, local, &em);
+		wrk_bs_unreserve(fx->w->bs, f->dir, f->len);
+		pthread_mutex_lock(&fx->mu);
+		f->fd = -1;
+		pthread_mutex_unlock(&fx->mu);
+		close(fd);
+	}
+	cis_checksum_free(f->cs);
+	f->cs = NULL;
+	f->dir = -1;
+	f->alone = true;
+	if (!j) {
+		finish(fx, f, -ENOMEM, false, NULL);
 		return;
 	}
-	/* Every streaming waiter gets its last bytes before the rename. */
+	j->kind = J_FILL;
+	j->f = f;
 	pthread_mutex_lock(&fx->mu);
-	do_flush(fx, f, true);
+	f->running = false;
+	f->queued = j;
+	do_enqueue(fx, j, f->prio);
 	pthread_mutex_unlock(&fx->mu);
-	rc = wrk_bs_commit(w->bs, f->dir, f->ref.id, f->len, cis_checksum_digest(f->cs), f->tmp,
-	                   f->pin);
-	if (rc < 0) {
-		cis_fail(&em, rc, "cache commit: %s", cis_strerror(rc));
-		local = is_local_err(-rc);
+}
+
+/* Fill span[0..n) (consecutive blocks of one object, all running) with
+ * one ranged store read. A block complete when the read fails is kept; the
+ * one it failed in fails; those after it, with no bytes yet, go back to
+ * the queue to be fetched alone (their failure may not be theirs). */
+static void run_fill_span(wrk_fx *fx, fetch **span, size_t n)
+{
+	wrk *w = fx->w;
+	cis_errmsg em = {{0}};
+	cis_ufs *ufs = NULL;
+	uint64_t got = 0, len = 0;
+	size_t ready = 0;
+	int rc;
+
+	/* The span ends at the first block that cannot be prepared (it is
+	 * finished); the ones after it are fetched alone. */
+	while (ready < n && fill_prepare(fx, span[ready], &ufs))
+		ready++;
+	for (size_t i = ready + 1; i < n; i++)
+		requeue_alone(fx, span[i]);
+	if (ready == 0)
+		return;
+	for (size_t i = 0; i < ready; i++)
+		len += span[i]->len;
+	span_ctx sc = {fx, span, ready, 0};
+	const wrk_ref *r = &span[0]->ref;
+	cis_counter_inc(w->m.store_reads);
+	rc = cis_ufs_read(ufs, r->key, r->version, r->index * r->block_size, len, span_write, &sc,
+	                  &got, &em);
+	cis_counter_add(w->m.store_bytes, got);
+	for (size_t i = 0; i < ready; i++) {
+		fetch *f = span[i];
+
+		if (f->filled == f->len && !f->local_err)
+			fill_complete(fx, f, 0, &em);
+		else if (rc < 0 && f->filled == 0 && !f->local_err && i > 0)
+			requeue_alone(fx, f);
+		else
+			fill_complete(fx, f, rc, &em);
 	}
-	finish(fx, f, rc, local, &em);
 }
 
 /* ---- direct (uncached) reads ---- */
@@ -924,24 +1113,34 @@ static void *fx_thread(void *arg)
 		job *j = NULL;
 
 		pthread_mutex_lock(&fx->mu);
-		while (!fx->stop && !fx->q_head[0] && !fx->q_head[1])
+		while (!fx->stop && !fx->q_head[WRK_PRIO_HIGH] &&
+		       (!fx->q_head[WRK_PRIO_LOW] || fx->batching))
 			pthread_cond_wait(&fx->cv, &fx->mu);
 		if (fx->stop) {
 			pthread_mutex_unlock(&fx->mu);
 			break;
 		}
 		for (int p = 0; p < 2 && !j; p++)
-			if (fx->q_head[p]) {
+			if (fx->q_head[p] && !(p == WRK_PRIO_LOW && fx->batching)) {
 				j = fx->q_head[p];
 				fx->q_head[p] = j->next;
 				if (!fx->q_head[p])
 					fx->q_tail[p] = NULL;
 			}
+		size_t nspan = 0;
+		fetch *span[FX_SPAN_MAX];
+
 		if (j->kind == J_FILL) {
 			j->f->queued = NULL;
 			j->f->running = true;
+			nspan = do_take_span(fx, j->f, span);
 		}
 		pthread_mutex_unlock(&fx->mu);
+		if (nspan > 1) {
+			run_fill_span(fx, span, nspan);
+			free(j);
+			continue;
+		}
 		run_job(fx, j);
 	}
 	return NULL;

@@ -216,6 +216,7 @@ static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr
 		                    req->n_blocks, WRK_MAX_BATCH);
 		goto out;
 	}
+	wrk_fx_batch_begin(w->fx);
 	for (size_t i = 0; i < req->n_blocks; i++) {
 		wrk_ref ref;
 
@@ -229,6 +230,7 @@ static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr
 		}
 		wrk_ref_free(&ref);
 	}
+	wrk_fx_batch_end(w->fx);
 	cis_rpc_reply(conn, hdr, &r.base, 0);
 out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -402,8 +404,10 @@ static void handle_load(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 		goto out;
 	}
 	c->job_id = req->job_id;
+	wrk_fx_batch_begin(w->fx);
 	for (size_t i = 0; i < req->n_blocks; i++)
 		load_one(c, i, req->blocks[i], req->pin, NULL);
+	wrk_fx_batch_end(w->fx);
 	pthread_mutex_lock(&c->mu);
 	if (--c->left == 0) {
 		pthread_mutex_unlock(&c->mu);

@@ -210,6 +210,11 @@ void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const
 bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
                    bool pin, wrk_done_fn done, void *arg);
 uint64_t wrk_fx_inflight(wrk_fx *fx);
+/* Around queueing a batch of low-priority fetches (load, prefetch): the
+ * fetch threads take none of them until the whole batch is queued, so
+ * consecutive blocks are found together and fetched in spans. */
+void wrk_fx_batch_begin(wrk_fx *fx);
+void wrk_fx_batch_end(wrk_fx *fx);
 
 /* ---- local.c ---- */
 

@@ -120,6 +120,17 @@ assert_contains "$out" "freed 1"
 wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "freed block re-read differs"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "freed block fetched again"
 
+log "a load of consecutive blocks is fetched in spans (one store read per 16 MiB)"
+head -c $((6 * MB + 777)) /dev/urandom >"$DATA/span.bin"
+reads0=$(metric W1 cistern_worker_store_reads_total)
+out=$(wcl W1 span.bin load 0 1 2 3 4 5 6)
+assert_eq "$(grep -c "code=0 cached=0" <<<"$out")" 7 "blocks loaded: $out"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "store reads for a load of 7 blocks"
+for b in 0 1 2 3 4 5 6; do
+	wcl W1 span.bin read $b 0 0 | cmp - <(expect span.bin $((b * MB)) $MB) || fail "span block $b differs"
+done
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "store reads after reading the span back"
+
 log "block file deleted or truncated behind the worker"
 id=$(wcl W1 f.bin id 1)
 rm "$CIS_TMP/c1/${id:0:2}/$id"
@@ -275,6 +286,18 @@ assert_eq "$(metric W3 cistern_worker_store_reads_total)" "$reads0" "block cache
 used=$(wcl W3 f.bin stat | awk 'NR==1 {print $2}')
 [ "$used" -le $((1500 * 1024)) ] || fail "used $used over the tmpfs size"
 wcl W3 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "block 0 after ENOSPC"
+# A span that runs out of room midway: what it got is kept, the block it
+# failed in is refused, the rest are fetched alone; every block still reads.
+head -c $((4 * MB)) /dev/urandom >"$DATA/full.bin"
+rc=0
+out=$(timeout 60 "$WC" --tcp "127.0.0.1:$W3_RPC" --uri "file://$DATA" --key full.bin --mount-id 1 \
+	--block-size 1M load 0 1 2 3) || rc=$?
+# 0: all cached; 2: some refused with their error (the disk is full).
+[ "$rc" = 0 ] || [ "$rc" = 2 ] || fail "a load onto a full disk: exit $rc: $out"
+assert_eq "$(grep -c "code=" <<<"$out")" 4 "results of a load onto a full disk: $out"
+for b in 0 1 2 3; do
+	wcl W3 full.bin read $b 0 0 | cmp - <(expect full.bin $((b * MB)) $MB) || fail "full.bin block $b"
+done
 n=$(grep -c "cache dir failed" "$CIS_TMP/W3.log" || true)
 [ "$n" -le 2 ] || fail "ENOSPC logged $n times"
 if wcl W3 f.bin local 3 >/dev/null 2>"$CIS_TMP/err"; then :; else
