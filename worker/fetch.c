@@ -101,7 +101,9 @@ struct wrk_fx {
 	fetch *table[FX_BUCKETS];
 	uint64_t inflight;
 	job *q_head[2], *q_tail[2];
-	int batching; /* batches being queued: the low queue waits */
+	size_t queued; /* jobs in both queues */
+	int idle;      /* threads waiting for a job */
+	int batching;  /* batches being queued: the low queue waits */
 	pthread_t *threads;
 	int nthreads;
 	bool stop;
@@ -140,6 +142,7 @@ static void do_enqueue(wrk_fx *fx, job *j, int prio)
 	else
 		fx->q_head[prio] = j;
 	fx->q_tail[prio] = j;
+	fx->queued++;
 	pthread_cond_signal(&fx->cv);
 }
 
@@ -160,6 +163,7 @@ static bool do_unqueue(wrk_fx *fx, job *j, int prio)
 			*pp = j->next;
 			if (fx->q_tail[prio] == j)
 				fx->q_tail[prio] = prev;
+			fx->queued--;
 			return true;
 		}
 	return false;
@@ -179,12 +183,16 @@ static void do_upgrade(wrk_fx *fx, fetch *f)
 /* head was just taken from its queue. Take with it the queued fetches of
  * the blocks that follow it in its object, as long as they are
  * consecutive, fetched from the store and within the span: span[0] = head,
- * the count returned. Caller holds fx->mu. */
+ * the count returned. A span is no longer than the queue's share per
+ * thread: while threads are idle, parallel requests are better than long
+ * ones (a cloud store caps each connection's bandwidth). Caller holds
+ * fx->mu. */
 static size_t do_take_span(wrk_fx *fx, fetch *head, fetch **span)
 {
 	const wrk_ref *r = &head->ref;
 	uint64_t nblocks = (r->file_size + r->block_size - 1) / r->block_size;
 	uint64_t max = FX_SPAN_BYTES / r->block_size;
+	uint64_t share = (fx->queued + 1 + (size_t)fx->idle) / ((size_t)fx->idle + 1);
 	size_t n = 1;
 
 	span[0] = head;
@@ -192,6 +200,8 @@ static size_t do_take_span(wrk_fx *fx, fetch *head, fetch **span)
 		return 1;
 	if (max > FX_SPAN_MAX)
 		max = FX_SPAN_MAX;
+	if (max > share)
+		max = share;
 	while (n < max && r->index + n < nblocks) {
 		cis_block_id id =
 		    cis_block_id_make(r->mount_id, r->key, r->version, r->block_size, r->index + n);
@@ -1114,8 +1124,11 @@ static void *fx_thread(void *arg)
 
 		pthread_mutex_lock(&fx->mu);
 		while (!fx->stop && !fx->q_head[WRK_PRIO_HIGH] &&
-		       (!fx->q_head[WRK_PRIO_LOW] || fx->batching))
+		       (!fx->q_head[WRK_PRIO_LOW] || fx->batching)) {
+			fx->idle++;
 			pthread_cond_wait(&fx->cv, &fx->mu);
+			fx->idle--;
+		}
 		if (fx->stop) {
 			pthread_mutex_unlock(&fx->mu);
 			break;
@@ -1124,6 +1137,7 @@ static void *fx_thread(void *arg)
 			if (fx->q_head[p] && !(p == WRK_PRIO_LOW && fx->batching)) {
 				j = fx->q_head[p];
 				fx->q_head[p] = j->next;
+				fx->queued--;
 				if (!fx->q_head[p])
 					fx->q_tail[p] = NULL;
 			}

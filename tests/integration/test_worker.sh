@@ -120,16 +120,18 @@ assert_contains "$out" "freed 1"
 wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "freed block re-read differs"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "freed block fetched again"
 
-log "a load of consecutive blocks is fetched in spans (one store read per 16 MiB)"
+log "a load of more consecutive blocks than fetch threads is fetched in spans"
 head -c $((6 * MB + 777)) /dev/urandom >"$DATA/span.bin"
 reads0=$(metric W1 cistern_worker_store_reads_total)
 out=$(wcl W1 span.bin load 0 1 2 3 4 5 6)
 assert_eq "$(grep -c "code=0 cached=0" <<<"$out")" 7 "blocks loaded: $out"
-assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "store reads for a load of 7 blocks"
+# 7 blocks over 4 threads: spans of 2 (one of them may come out shorter).
+reads=$(($(metric W1 cistern_worker_store_reads_total) - reads0))
+[ "$reads" -ge 4 ] && [ "$reads" -lt 7 ] || fail "$reads store reads for a load of 7 blocks on 4 threads"
 for b in 0 1 2 3 4 5 6; do
 	wcl W1 span.bin read $b 0 0 | cmp - <(expect span.bin $((b * MB)) $MB) || fail "span block $b differs"
 done
-assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "store reads after reading the span back"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + reads)) "store reads after reading the spans back"
 
 log "block file deleted or truncated behind the worker"
 id=$(wcl W1 f.bin id 1)
