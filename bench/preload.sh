@@ -25,5 +25,5 @@ wait_for 20 mountpoint -q "$mnt"
 export RIG_CLI
 python3 "$BENCH_DIR/rigbench.py" preload --local-dir "$BENCH_DATA/large-$n-64" --prefix plarge \
 	--mnt "$mnt" --cache "$W1_CACHE" --cache "$W2_CACHE" --cache "$W3_CACHE" \
-	--parallel "${PRELOAD_PARALLEL:-4}" --repeats "$BENCH_REPEATS" \
+	--parallel "${PRELOAD_PARALLEL:-16}" --repeats "$BENCH_REPEATS" \
 	--out "$BENCH_RESULTS/preload-plain.json"

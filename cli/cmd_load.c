@@ -15,7 +15,7 @@
 
 static const cis_opt load_opts[] = {
     {"replicas", "N", "1", "copies of each block, on N workers", false, 'r'},
-    {"parallel", "N", "4", "batches of fetches in flight at once", false, 'p'},
+    {"parallel", "N", "16", "batches of fetches in flight at once", false, 'p'},
     {"bandwidth", "RATE", NULL, "cap on bytes fetched per second (200M = 200 MiB/s)", false, 0},
     {"verify", NULL, NULL, "check afterwards that every block sits on its workers", false, 0},
     {"metadata-only", NULL, NULL, "list the tree, fetch no data", false, 0},

@@ -37,6 +37,11 @@
 
 #define LOAD_BATCH     64
 #define LOAD_ATTEMPTS  5
+/* Batches in flight per job unless the request says: enough to keep every
+ * worker's fetch threads busy through the tail of a batch (a 2 GiB load
+ * into 3 workers: 4 batches 0.40 of the store's limit, 16 batches
+ * 0.6-0.7). */
+#define LOAD_PARALLEL  16
 #define INFLIGHT_FILES 4096
 #define FAILURES_KEPT  1000
 #define BCAST_BATCH    512
@@ -722,7 +727,7 @@ static int verify_file(void *arg, const char *path, const mst_inode *ino)
 static int run_load(struct job *j, cis_errmsg *em)
 {
 	mst_master *m = j->js->m;
-	size_t ns = j->parallel ? j->parallel : 4;
+	size_t ns = j->parallel ? j->parallel : LOAD_PARALLEL;
 	pthread_t *th = calloc(ns, sizeof(*th));
 	size_t started = 0;
 	if (!th)
@@ -1079,7 +1084,7 @@ int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_er
 	snprintf(j->type, sizeof(j->type), "%s", r->type);
 	j->path = strdup(r->path);
 	j->replicas = r->replicas ? r->replicas : 1;
-	j->parallel = r->parallel ? r->parallel : 4;
+	j->parallel = r->parallel ? r->parallel : LOAD_PARALLEL;
 	j->bandwidth = r->bandwidth;
 	j->verify = r->verify;
 	j->metadata_only = r->metadata_only;

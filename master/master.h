@@ -255,7 +255,7 @@ typedef struct mst_job_req {
 	const char *type; /* "load", "free", "pin", "unpin" */
 	const char *path;
 	uint32_t replicas;  /* load: 0 means 1 */
-	uint32_t parallel;  /* batches in flight; 0: 4 */
+	uint32_t parallel;  /* batches in flight; 0: LOAD_PARALLEL (16) */
 	uint64_t bandwidth; /* bytes/s; 0: unlimited */
 	bool verify, metadata_only, pin;
 } mst_job_req;
