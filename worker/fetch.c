@@ -143,7 +143,8 @@ static void do_enqueue(wrk_fx *fx, job *j, int prio)
 		fx->q_head[prio] = j;
 	fx->q_tail[prio] = j;
 	fx->queued++;
-	pthread_cond_signal(&fx->cv);
+	if (prio == WRK_PRIO_HIGH || !fx->batching)
+		pthread_cond_signal(&fx->cv); /* else the batch's end wakes threads */
 }
 
 static void enqueue(wrk_fx *fx, job *j, int prio)
@@ -585,8 +586,11 @@ void wrk_fx_batch_begin(wrk_fx *fx)
 void wrk_fx_batch_end(wrk_fx *fx)
 {
 	pthread_mutex_lock(&fx->mu);
-	fx->batching--;
-	pthread_cond_broadcast(&fx->cv);
+	/* Wake as many threads as there are jobs, not all of them: a batch of
+	 * blocks already cached (a warm prefetch) wakes none. */
+	if (--fx->batching == 0 && fx->q_head[WRK_PRIO_LOW])
+		for (size_t i = 0; i < fx->queued && i < (size_t)fx->idle; i++)
+			pthread_cond_signal(&fx->cv);
 	pthread_mutex_unlock(&fx->mu);
 }
 
