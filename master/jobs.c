@@ -35,8 +35,8 @@
 #include "cistern/time.h"
 #include "master.h"
 
-#define LOAD_BATCH     64
-#define LOAD_ATTEMPTS  5
+#define LOAD_BATCH    64
+#define LOAD_ATTEMPTS 5
 /* Batches in flight per job unless the request says: enough to keep every
  * worker's fetch threads busy through the tail of a batch (a 2 GiB load
  * into 3 workers: 4 batches 0.40 of the store's limit, 16 batches
