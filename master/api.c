@@ -165,7 +165,7 @@ out_opts:
 static int api_mounts_delete(mst_master *m, const cis_kvlist *q, json_t *body, json_t **out)
 {
 	cis_errmsg em = {{0}};
-	const char *path;
+	const char *path = NULL;
 	int err = get_path(q, body, &path, &em);
 	if (!err)
 		err = mst_mount_remove(m, path, &em);
@@ -187,7 +187,7 @@ static char *join(const char *dir, const char *name)
 static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 {
 	cis_errmsg em = {{0}};
-	const char *path;
+	const char *path = NULL;
 	mst_inode *dir = malloc(sizeof(*dir));
 	int status;
 	if (!dir)
@@ -240,7 +240,7 @@ out_dir:
 static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
 {
 	cis_errmsg em = {{0}};
-	const char *path;
+	const char *path = NULL;
 	mst_inode *ino = malloc(sizeof(*ino));
 	if (!ino)
 		return fail_msg(out, 500, "out of memory");
@@ -278,7 +278,7 @@ static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
 static int api_sync(mst_master *m, const cis_kvlist *q, json_t *body, json_t **out)
 {
 	cis_errmsg em = {{0}};
-	const char *path;
+	const char *path = NULL;
 	bool rec = false;
 	int err = get_path(q, body, &path, &em);
 	if (err)
@@ -526,7 +526,7 @@ static json_t *policy_json(const mst_policy *p)
 static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 {
 	cis_errmsg em = {{0}};
-	const char *path;
+	const char *path = NULL;
 	uint64_t rep = 0;
 	bool rec = false, pin = false;
 	int64_t ttl = -2;

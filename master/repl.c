@@ -120,7 +120,7 @@ out_unlock:
 int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
               int timeout_ms, cis_errmsg *em)
 {
-	cis_rpc_client *cl;
+	cis_rpc_client *cl = NULL;
 	int err = client_for(m, wid, &cl, em);
 	if (err)
 		return err;
