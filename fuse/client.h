@@ -149,18 +149,24 @@ void fcl_mounts_free(fcl *c);
 int fcl_local_new(size_t capacity, fcl_local **out);
 /* Release every lease, close every descriptor. */
 void fcl_local_free(fcl_local *l);
+/* Blocks of at most this many bytes are waited for whole on a miss
+ * (OpenLocal with wait): streaming would bring their first bytes little
+ * sooner than their last, at two more requests. */
+#define FCL_LOCAL_WAIT_MAX (1u << 20)
+
 /* A descriptor of the block file (a dup the caller closes) and its length,
  * from the cache or by OpenLocal. *waited_ns is the time spent in
- * OpenLocal (0 on a cache hit). -EAGAIN when the worker does not hold the
- * block yet: it started fetching it; read it with fcl_remote_read. */
-int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
-                   uint64_t *waited_ns, cis_errmsg *em);
-/* Stop caching the descriptor of ref from w (it failed a read): close it
- * and release its lease. Readers holding a dup keep theirs. */
+ * OpenLocal (0 on a cache hit). When the worker does not hold the block
+ * yet it starts fetching it and, unless wait, the call returns -EAGAIN at
+ * once: read it with fcl_remote_read. */
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool wait, int *fd,
+                   uint64_t *len, uint64_t *waited_ns, cis_errmsg *em);
 /* Whether a descriptor of ref from w is in the cache (no RPC). */
 bool fcl_local_cached(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
+/* Stop caching the descriptor of ref from w (it failed a read): close it
+ * and queue the release of its lease. Readers holding a dup keep theirs. */
 void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
-/* Release leases that are idle past their expiry. */
+/* Drop descriptors idle past their lease; send the queued releases. */
 void fcl_local_tick(fcl *c);
 /* At exit: release every lease (then fcl_local_free). */
 void fcl_local_release_all(fcl *c);
@@ -185,11 +191,8 @@ int fcl_remote_prefetch(fcl *c, const fcl_worker *w, Cis__BlockRef **refs, size_
 
 /* ---- read.c ---- */
 
-/* A piece of a read reply: bytes of an fd (fd >= 0, caller closes) or of
- * buf (caller frees). */
+/* A piece of a read reply: len bytes of buf (caller frees). */
 typedef struct fcl_seg {
-	int fd;
-	uint64_t off;
 	size_t len;
 	char *buf;
 } fcl_seg;
@@ -204,6 +207,11 @@ void fcl_segs_release(fcl_seg *segs, int n);
  * owner is this host's worker and whose descriptor is cached are not asked
  * for but read ahead into the page cache (POSIX_FADV_WILLNEED). */
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
+/* When block idx of f belongs to this host's worker: open its descriptor
+ * into the cache now (OpenLocal, unless cached; a miss starts the fetch)
+ * and read it ahead, so the read that follows asks nothing. False when
+ * another worker owns it (use fcl_prefetch) or the worker failed. */
+bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx);
 /* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
                   cis_block_id *id);

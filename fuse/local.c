@@ -2,13 +2,15 @@
  * descriptor of the cached block file (OpenLocal over its Unix socket,
  * SCM_RIGHTS) under a lease, and the client preads from it with no copy
  * through the worker (read.c; a failed or short pread drops the descriptor
- * with fcl_local_forget and the read fails over). Descriptors are cached per (block, worker) in
- * a bounded LRU; a lease is renewed when a use finds it past a third of its
- * life, and released when its descriptor leaves the cache (evicted, idle
- * past its lease, or at exit). Readers get a dup, so eviction never closes
- * a descriptor under a read in flight. Block files are written once and
- * renamed into place, so a descriptor never shows other bytes, even after
- * the worker drops the file. */
+ * with fcl_local_forget and the read fails over). Descriptors are cached
+ * per (block, worker) in a bounded LRU; a lease is renewed when a use finds
+ * it past a third of its life, and released when its descriptor leaves the
+ * cache (evicted, idle past its lease, or at exit). Renewals and releases
+ * are queued and sent in batches by the background tick (every 2 s), off
+ * the read path. Readers get a dup, so eviction never closes a descriptor
+ * under a read in flight. Block files are written once and renamed into
+ * place, so a descriptor never shows other bytes, even after the worker
+ * drops the file. */
 #include "client.h"
 
 #include <errno.h>
@@ -31,9 +33,33 @@ typedef struct lent {
 	fcl_worker w; /* where to renew and release */
 } lent;
 
+/* Lease renewals or releases queued for one worker, sent by the background
+ * tick. A renewal keeps its cache key, to drop the descriptor when the
+ * worker no longer knows the lease. */
+typedef struct lease_item {
+	uint64_t lease_id;
+	uint8_t key[24];
+} lease_item;
+
+typedef struct lease_batch {
+	fcl_worker w;
+	lease_item *items;
+	size_t n, cap;
+} lease_batch;
+
+typedef struct lease_queue {
+	lease_batch *b; /* one per worker */
+	size_t n;
+} lease_queue;
+
+/* Leases per request (the worker takes at most 4096). */
+#define LEASE_BATCH 4096
+
 struct fcl_local {
 	fcl_lru *lru;
 	pthread_mutex_t lock; /* makes get+dup atomic against eviction */
+	lease_queue renew;    /* under lock */
+	lease_queue release;  /* under lock */
 };
 
 int fcl_local_new(size_t capacity, fcl_local **out)
@@ -51,18 +77,44 @@ int fcl_local_new(size_t capacity, fcl_local **out)
 	return 0;
 }
 
-static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, uint64_t lease_id,
-                      uint64_t *expiry_ms)
+/* The worker no longer knows the lease of it: stop caching its
+ * descriptor (if the cache still holds that lease). */
+static void forget_lease(fcl *c, const lease_item *it)
+{
+	fcl_local *l = c->local;
+	lent gone;
+	pthread_mutex_lock(&l->lock);
+	bool found = fcl_lru_get(l->lru, it->key, sizeof(it->key), &gone) &&
+	             gone.lease_id == it->lease_id &&
+	             fcl_lru_remove(l->lru, it->key, sizeof(it->key), &gone);
+	pthread_mutex_unlock(&l->lock);
+	if (found)
+		close(gone.fd);
+}
+
+/* Renew or release the leases of items[0..n); on a renewal, the
+ * descriptors whose lease the worker did not know are dropped. */
+static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, const lease_item *items, size_t n)
 {
 	cis_rpc_client *cl = fcl_remote_client(c, w, true);
-	if (!cl)
+	uint64_t *ids = malloc(n * sizeof(*ids));
+	if (!cl || !ids) {
+		free(ids);
 		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		ids[i] = items[i].lease_id;
 	Cis__LeaseRequest req = CIS__LEASE_REQUEST__INIT;
-	req.lease_id = lease_id;
+	req.lease_id = ids[0];
+	req.more_lease_ids = ids + 1;
+	req.n_more_lease_ids = n - 1;
 	cis_rpc_result res;
 	memset(&res, 0, sizeof(res));
 	res.fd = -1;
 	int rc = cis_rpc_call(cl, type, &req.base, NULL, 0, &res, 5000, NULL);
+	free(ids);
+	if (rc == -ENOENT && n == 1 && type == CIS_MSG_WORKER_RENEW_LOCAL)
+		forget_lease(c, &items[0]);
 	if (rc)
 		return rc;
 	Cis__LeaseReply *rep = NULL;
@@ -71,18 +123,86 @@ static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, uint64_t lease
 	cis_rpc_result_free(&res);
 	if (rc)
 		return rc;
-	if (expiry_ms)
-		*expiry_ms = rep->lease_expiry_ms;
+	for (size_t u = 0; u < rep->n_unknown_lease_ids; u++)
+		for (size_t i = 0; i < n; i++)
+			if (items[i].lease_id == rep->unknown_lease_ids[u])
+				forget_lease(c, &items[i]);
 	cis__lease_reply__free_unpacked(rep, NULL);
 	return 0;
 }
 
-/* Close and release an entry that left the cache. */
+/* Queue a renewal or release; false when out of memory. Under lock. */
+static bool queue_lease(lease_queue *q, const fcl_worker *w, uint64_t lease_id,
+                        const uint8_t key[24])
+{
+	lease_batch *b = NULL;
+	for (size_t i = 0; i < q->n && !b; i++)
+		if (q->b[i].w.id == w->id)
+			b = &q->b[i];
+	if (!b) {
+		lease_batch *more = realloc(q->b, (q->n + 1) * sizeof(*more));
+		if (!more)
+			return false;
+		q->b = more;
+		b = &q->b[q->n++];
+		*b = (lease_batch){.w = *w};
+	}
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 64;
+		lease_item *items = realloc(b->items, cap * sizeof(*items));
+		if (!items)
+			return false;
+		b->items = items;
+		b->cap = cap;
+	}
+	b->items[b->n] = (lease_item){.lease_id = lease_id};
+	if (key)
+		memcpy(b->items[b->n].key, key, sizeof(b->items[b->n].key));
+	b->n++;
+	return true;
+}
+
+/* Send a queue, LEASE_BATCH leases a request. A worker that does not
+ * answer lets releases lapse; its renewals are tried again by later uses. */
+static void flush_queue(fcl *c, lease_queue *q, uint16_t type)
+{
+	pthread_mutex_lock(&c->local->lock);
+	lease_queue took = *q;
+	*q = (lease_queue){0};
+	pthread_mutex_unlock(&c->local->lock);
+	for (size_t i = 0; i < took.n; i++) {
+		lease_batch *b = &took.b[i];
+		for (size_t at = 0; at < b->n; at += LEASE_BATCH) {
+			size_t n = b->n - at < LEASE_BATCH ? b->n - at : LEASE_BATCH;
+			(void)lease_call(c, &b->w, type, b->items + at, n);
+		}
+		free(b->items);
+	}
+	free(took.b);
+}
+
+static void free_queue(lease_queue *q)
+{
+	for (size_t i = 0; i < q->n; i++)
+		free(q->b[i].items);
+	free(q->b);
+	*q = (lease_queue){0};
+}
+
+/* Close an entry that left the cache and queue the release of its lease
+ * (sent at once if the queue cannot grow). */
 static void drop(fcl *c, lent *e)
 {
 	close(e->fd);
-	if (c)
-		(void)lease_call(c, &e->w, CIS_MSG_WORKER_RELEASE_LOCAL, e->lease_id, NULL);
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->local->lock);
+	bool queued = queue_lease(&c->local->release, &e->w, e->lease_id, NULL);
+	pthread_mutex_unlock(&c->local->lock);
+	if (!queued) {
+		lease_item it = {.lease_id = e->lease_id};
+		(void)lease_call(c, &e->w, CIS_MSG_WORKER_RELEASE_LOCAL, &it, 1);
+	}
 }
 
 void fcl_local_free(fcl_local *l)
@@ -92,6 +212,8 @@ void fcl_local_free(fcl_local *l)
 	lent e;
 	while (fcl_lru_pop(l->lru, &e))
 		close(e.fd);
+	free_queue(&l->renew);
+	free_queue(&l->release);
 	fcl_lru_free(l->lru);
 	pthread_mutex_destroy(&l->lock);
 	free(l);
@@ -109,8 +231,8 @@ static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
 	return 24;
 }
 
-int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
-                   uint64_t *waited_ns, cis_errmsg *em)
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool wait, int *fd,
+                   uint64_t *len, uint64_t *waited_ns, cis_errmsg *em)
 {
 	fcl_local *l = c->local;
 	uint8_t k[24];
@@ -124,30 +246,24 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
 		uint64_t now = cis_mono_ms();
 		/* More than a third of the lease used up: renew. */
 		bool renew = e.lease_until_ms < now + e.lease_ms * 2 / 3;
+		bool queued = true;
 		if (renew) {
-			/* Claim the renewal so other readers do not repeat it. */
+			/* Claim the renewal so other readers do not repeat it,
+			 * and leave it to the background tick (two thirds of
+			 * the lease are left). */
 			lent claimed = e;
 			claimed.lease_until_ms = now + e.lease_ms;
 			(void)fcl_lru_put(l->lru, k, klen, &claimed, NULL, NULL);
+			queued = queue_lease(&l->renew, w, e.lease_id, k);
 		}
 		pthread_mutex_unlock(&l->lock);
+		if (!queued) {
+			lease_item it = {.lease_id = e.lease_id};
+			memcpy(it.key, k, sizeof(it.key));
+			(void)lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, &it, 1);
+		}
 		if (d < 0)
 			return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
-		if (renew) {
-			uint64_t exp = 0;
-			int rc = lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, e.lease_id, &exp);
-			if (rc == -ENOENT) {
-				/* The worker forgot the lease: stop caching this fd. */
-				lent gone;
-				pthread_mutex_lock(&l->lock);
-				bool found = fcl_lru_get(l->lru, k, klen, &gone) &&
-				             gone.lease_id == e.lease_id &&
-				             fcl_lru_remove(l->lru, k, klen, &gone);
-				pthread_mutex_unlock(&l->lock);
-				if (found)
-					close(gone.fd);
-			}
-		}
 		*fd = d;
 		*len = e.len;
 		return 0;
@@ -159,6 +275,7 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
 		return cis_fail(em, -ENOMEM, "worker %s: no client", w->unix_path);
 	Cis__OpenLocalRequest req = CIS__OPEN_LOCAL_REQUEST__INIT;
 	req.block = (Cis__BlockRef *)ref;
+	req.wait = wait;
 	cis_rpc_result res;
 	memset(&res, 0, sizeof(res));
 	res.fd = -1;
@@ -271,10 +388,13 @@ static void release_lapsed(fcl *c, uint64_t now)
 
 void fcl_local_tick(fcl *c)
 {
+	flush_queue(c, &c->local->renew, CIS_MSG_WORKER_RENEW_LOCAL);
 	release_lapsed(c, cis_mono_ms());
+	flush_queue(c, &c->local->release, CIS_MSG_WORKER_RELEASE_LOCAL);
 }
 
 void fcl_local_release_all(fcl *c)
 {
 	release_lapsed(c, UINT64_MAX);
+	flush_queue(c, &c->local->release, CIS_MSG_WORKER_RELEASE_LOCAL);
 }

@@ -100,8 +100,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * outstanding request per file. */
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
-	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
-		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	/* Replies are memory buffers (read.c reads the bytes before it
+	 * answers, so that a failed read can still fail over): writev copies
+	 * them once, cheaper than vmsplice + splice. */
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	if (conn->capable & FUSE_CAP_READDIRPLUS) {
 		/* Always plus: ls -l of a big directory is one listing. */
 		conn->want |= FUSE_CAP_READDIRPLUS;
@@ -428,18 +430,23 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			(void)fuse_lowlevel_notify_inval_inode(c->se, ino, -1, 0);
 	}
 	fi->fh = (uintptr_t)f;
+	/* Small files are prefetched whole on open. When this host's worker
+	 * owns the block, its descriptor is opened before the reply: the
+	 * read that follows at once then needs no request of its own (it
+	 * would otherwise race this one with a second). */
 	bool small = f->size > 0 && f->size <= f->block_size;
 	if (small) {
 		f->ra.issued_to = 1;
-		fcl_file_ref(f); /* for the prefetch after the reply */
+		small = !fcl_prefetch_local(c, f, 0);
 	}
+	if (small)
+		fcl_file_ref(f); /* for the prefetch after the reply */
 	if (fuse_reply_open(req, fi)) {
 		fcl_file_unref(f);
 		if (small)
 			fcl_file_unref(f);
 		return;
 	}
-	/* Small files are prefetched whole on open. */
 	if (small) {
 		fcl_prefetch(c, f, 0, 1);
 		fcl_file_unref(f);
@@ -492,18 +499,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		} else {
 			bv->count = (size_t)n;
 			for (int i = 0; i < n; i++) {
-				struct fuse_buf *b = &bv->buf[i];
-				b->size = segs[i].len;
-				if (segs[i].fd >= 0) {
-					/* Spliced from the block file when the kernel allows. */
-					b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-					b->fd = segs[i].fd;
-					b->pos = (off_t)segs[i].off;
-				} else {
-					b->mem = segs[i].buf;
-				}
+				bv->buf[i].size = segs[i].len;
+				bv->buf[i].mem = segs[i].buf;
 			}
-			fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+			fuse_reply_data(req, bv, 0);
 			free(bv);
 		}
 	}
@@ -781,15 +780,36 @@ static int check_port(int port, cis_errmsg *em)
 	return rc;
 }
 
+/* Descriptors kept for everything but the descriptor cache: /dev/fuse
+ * clones, sockets, the log. */
+#define FD_RESERVE 1024
+
 /* The descriptor cache holds up to --fd-cache block files open: lift the
- * soft descriptor limit to the hard one so it fits (best effort; a full
- * table only makes OpenLocal fail over to a remote read). */
-static void raise_nofile(void)
+ * descriptor limit so it fits (the hard one too where we may, as root),
+ * else shrink the cache to the limit, saying so. */
+static void fit_fd_cache(fcl_opts *o)
 {
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	rlim_t want = (rlim_t)o->fd_cache + FD_RESERVE;
+	if (rl.rlim_cur < want) {
+		struct rlimit up = {want, rl.rlim_max > want ? rl.rlim_max : want};
+		if (setrlimit(RLIMIT_NOFILE, &up)) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+			(void)getrlimit(RLIMIT_NOFILE, &rl);
+		} else {
+			rl = up;
+		}
+	}
+	if (rl.rlim_cur < want) {
+		uint64_t fit =
+		    rl.rlim_cur > 2 * FD_RESERVE ? rl.rlim_cur - FD_RESERVE : rl.rlim_cur / 2;
+		cis_info("descriptor cache shrunk to the open-file limit",
+		         "fd_cache=%llu limit=%llu", (unsigned long long)fit,
+		         (unsigned long long)rl.rlim_cur);
+		o->fd_cache = fit;
 	}
 }
 
@@ -891,6 +911,7 @@ int main(int argc, char **argv)
 	/* Versions only decide keep_cache: a forgotten one costs a page-cache
 	 * refill, so this map stays smaller than the name caches. */
 	size_t versions_cap = o.meta_cache < 65536 ? o.meta_cache : 65536;
+	fit_fd_cache(&o);
 	if (fcl_inodes_new(&c.inodes) || fcl_workers_init(&c) || fcl_stats_init(&c) ||
 	    fcl_meta_new(&src, (uint64_t)(o.entry_timeout * 1000),
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
@@ -899,7 +920,6 @@ int main(int argc, char **argv)
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote))
 		cis_die("out of memory at start-up");
 
-	raise_nofile();
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	if (build_fuse_args(&o, &args))
 		cis_die("fuse options too long");
@@ -945,7 +965,7 @@ int main(int argc, char **argv)
 		cis_die("out of memory at start-up");
 	fuse_loop_cfg_set_clone_fd(lc, 1);
 	fuse_loop_cfg_set_max_threads(lc, (unsigned)o.threads);
-	fuse_loop_cfg_set_idle_threads(lc, (unsigned)(o.threads / 2 ? o.threads / 2 : 1));
+	fuse_loop_cfg_set_idle_threads(lc, (unsigned)o.threads);
 	rc = fuse_session_loop_mt(se, lc);
 	/* libfuse returns the signal number after SIGTERM/SIGINT/SIGHUP: that
 	 * is the clean way out. Negative is a failure of the loop. */

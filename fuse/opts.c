@@ -26,7 +26,7 @@ void fcl_opts_usage(FILE *out)
 	      "  --negative-timeout S    cache of missing names, seconds (default 10)\n"
 	      "  --http-port N           metrics port, 0 for none (default 19621)\n"
 	      "  --readahead SIZE        prefetch budget per open file (default 256M)\n"
-	      "  --fd-cache N            short-circuit descriptors kept open (default 4096)\n"
+	      "  --fd-cache N            short-circuit descriptors kept open (default 32768)\n"
 	      "  --meta-cache N          entries per metadata cache (default 262144)\n"
 	      "  --worker-timeout MS     skip a worker slower than this (default 15000)\n"
 	      "  --threads N             FUSE threads at most (default 16)\n"
@@ -77,7 +77,7 @@ static int parse_u64(const char *name, const char *v, uint64_t min, uint64_t max
 /* One of our keys (name normalised to dashes). 1 if name is not ours. */
 static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 {
-	uint64_t n;
+	uint64_t n = 0;
 	int rc;
 	if (!v)
 		v = "";
@@ -103,7 +103,8 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 		return parse_secs(name, v, &o->negative_timeout, em);
 	if (strcmp(name, "http-port") == 0) {
 		rc = parse_u64(name, v, 0, 65535, &n, em);
-		o->http_port = (int)n;
+		if (rc == 0)
+			o->http_port = (int)n;
 		return rc;
 	}
 	if (strcmp(name, "readahead") == 0) {
@@ -117,12 +118,14 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 		return parse_u64(name, v, 1, 1u << 26, &o->meta_cache, em);
 	if (strcmp(name, "worker-timeout") == 0) {
 		rc = parse_u64(name, v, 1, 3600000, &n, em);
-		o->worker_timeout_ms = (int)n;
+		if (rc == 0)
+			o->worker_timeout_ms = (int)n;
 		return rc;
 	}
 	if (strcmp(name, "threads") == 0) {
 		rc = parse_u64(name, v, 1, 1024, &n, em);
-		o->threads = (int)n;
+		if (rc == 0)
+			o->threads = (int)n;
 		return rc;
 	}
 	if (strcmp(name, "log-level") == 0)
@@ -195,7 +198,7 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 	    .negative_timeout = 10,
 	    .http_port = 19621,
 	    .readahead_budget = 256u << 20,
-	    .fd_cache = 4096,
+	    .fd_cache = 32768,
 	    .meta_cache = 262144,
 	    .worker_timeout_ms = 15000,
 	    .threads = 16,

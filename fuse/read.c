@@ -41,10 +41,8 @@ void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t
 void fcl_segs_release(fcl_seg *segs, int n)
 {
 	for (int i = 0; i < n; i++) {
-		if (segs[i].fd >= 0)
-			close(segs[i].fd);
 		free(segs[i].buf);
-		segs[i] = (fcl_seg){.fd = -1};
+		segs[i] = (fcl_seg){0};
 	}
 }
 
@@ -86,7 +84,7 @@ static int store_read(fcl *c, fcl_file *f, uint64_t foff, size_t len, fcl_seg *s
 		goto out_fail;
 	}
 	cis_histogram_observe(c->stats.stall_seconds, (double)(cis_mono_ns() - t0) / 1e9);
-	*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+	*seg = (fcl_seg){.len = len, .buf = buf};
 	count(c, FCL_PATH_STORE, len);
 	return 0;
 out_fail:
@@ -180,7 +178,8 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		if (w->local) {
 			int fd;
 			uint64_t blen, waited;
-			rc = fcl_local_open(c, w, &ref, &fd, &blen, &waited, &wem);
+			bool wait = block_len(f, idx) <= FCL_LOCAL_WAIT_MAX;
+			rc = fcl_local_open(c, w, &ref, wait, &fd, &blen, &waited, &wem);
 			/* Not cached yet: the worker answered at once and started
 			 * the fetch. Stream this read from it (the first bytes as
 			 * they arrive); a later read opens the block locally. */
@@ -218,7 +217,7 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 					if (waited >= LOCAL_STALL_NS)
 						cis_histogram_observe(c->stats.stall_seconds,
 						                      (double)waited / 1e9);
-					*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+					*seg = (fcl_seg){.len = len, .buf = buf};
 					count(c, FCL_PATH_LOCAL, len);
 					return 0;
 				}
@@ -237,7 +236,7 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 				if (!cached)
 					cis_histogram_observe(c->stats.stall_seconds,
 					                      (double)(cis_mono_ns() - t0) / 1e9);
-				*seg = (fcl_seg){.fd = -1, .len = len, .buf = buf};
+				*seg = (fcl_seg){.len = len, .buf = buf};
 				count(c, FCL_PATH_REMOTE, len);
 				return 0;
 			}
@@ -299,21 +298,44 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 	return rc;
 }
 
-/* A block this host's worker holds and whose descriptor is cached needs no
- * Prefetch RPC (the worker has it): start reading its file into the page
- * cache instead. False when the worker has to be asked. */
-static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
+/* A block of this host's worker needs no Prefetch RPC: start reading its
+ * file into the page cache through its descriptor, the cached one or (ask)
+ * one opened now with OpenLocal, which also starts the fetch of a block the
+ * worker lacks. False when the worker is not on this host, or has to be
+ * asked (!ask), or failed. */
+static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool ask)
 {
-	if (!w->local || !fcl_local_cached(c, w, ref))
+	if (!w->local || (!ask && !fcl_local_cached(c, w, ref)) || worker_down(c, w->id))
 		return false;
 	int fd;
 	uint64_t blen, waited;
 	cis_errmsg em = {{0}};
-	if (fcl_local_open(c, w, ref, &fd, &blen, &waited, &em))
-		return false;
+	uint64_t start = ref->index * ref->block_size;
+	bool wait =
+	    ref->file_size - start <= FCL_LOCAL_WAIT_MAX || ref->block_size <= FCL_LOCAL_WAIT_MAX;
+	int rc = fcl_local_open(c, w, ref, wait, &fd, &blen, &waited, &em);
+	if (rc)
+		return rc == -EAGAIN; /* the worker is fetching it */
 	(void)posix_fadvise(fd, 0, (off_t)blen, POSIX_FADV_WILLNEED);
 	close(fd);
 	return true;
+}
+
+bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx)
+{
+	fcl_wlist *wl = fcl_workers_get(c);
+	bool done = false;
+	if (wl->n) {
+		Cis__BlockRef ref;
+		uint8_t idbuf[16];
+		cis_block_id id;
+		size_t owner;
+		fcl_blockref(f, idx, &ref, idbuf, &id);
+		cis_place(id, wl->ids, wl->n, &owner, 1);
+		done = local_willneed(c, &wl->w[owner], &ref, true);
+	}
+	fcl_workers_put(c, wl);
+	return done;
 }
 
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
@@ -334,7 +356,7 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 		cis_block_id id;
 		fcl_blockref(f, first + i, &refs[i], ids[i], &id);
 		cis_place(id, wl->ids, wl->n, &owner[i], 1);
-		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i]);
+		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i], false);
 	}
 	/* One request per primary owner. */
 	for (uint64_t i = 0; i < n; i++) {

@@ -22,7 +22,7 @@ typedef struct lease {
 	int owner_uid;
 } lease;
 
-#define LEASE_BUCKETS 1024
+#define LEASE_BUCKETS 65536
 
 struct wrk_leases {
 	wrk *w;

@@ -80,6 +80,15 @@ static void metrics_init(wrk *w)
 	cis_metrics *m = w->metrics;
 	wrk_metrics *k = &w->m;
 
+	static const char *const types[WRK_REQUEST_TYPES + 1] = {
+	    "read_block", "open_local", "release_local", "renew_local", "prefetch", "load",
+	    "replicate",  "free",       "pin",           "stat",        "other"};
+	for (int i = 0; i <= WRK_REQUEST_TYPES; i++) {
+		char label[48];
+		snprintf(label, sizeof(label), "type=\"%s\"", types[i]);
+		k->requests[i] = cis_metrics_counter(m, "cistern_worker_requests_total", label,
+		                                     "requests received, by type");
+	}
 	k->hits = cis_metrics_counter(m, "cistern_worker_hits_total", NULL,
 	                              "reads served from the cache");
 	k->misses = cis_metrics_counter(m, "cistern_worker_misses_total", NULL,

@@ -119,22 +119,29 @@ static void open_reply(open_ctx *c)
 		cis_counter_add(w->m.served_local, info.len);
 }
 
-/* The fetch an OpenLocal miss started: nobody waits on it (the client
- * reads the block by ReadBlock meanwhile), and it logged its failure. */
+/* The fetch an OpenLocal miss started. Without wait nobody waits on it
+ * (the client reads the block by ReadBlock meanwhile; the fetch logged its
+ * failure); with wait (arg) the reply goes out now. */
 static void open_fetch_done(void *arg, int rc, unsigned flags, const cis_errmsg *em)
 {
-	(void)arg;
-	(void)rc;
+	open_ctx *c = arg;
 	(void)flags;
-	(void)em;
+	if (!c)
+		return;
+	if (rc == 0)
+		open_reply(c);
+	else
+		cis_rpc_reply_error(c->conn, &c->hdr, rc, "%s", cis_errmsg_or(em, rc));
+	cis_rpc_conn_unref(c->conn);
+	free(c);
 }
 
 /* OpenLocal answers at once: the fd of a cached block, or -EAGAIN ("not
- * cached yet") after starting its fetch. Waiting for the fetch here would
- * hold the client's call on the shared Unix connection for the whole
- * store read; instead it reads that block by ReadBlock, which streams the
+ * cached yet") after starting its fetch, so that a large block is not
+ * waited for whole: the client reads it by ReadBlock, which streams the
  * first bytes as they arrive (joining the same fetch), and opens the block
- * locally on later reads once it is in. */
+ * locally on later reads once it is in. With wait (small blocks) the
+ * reply comes when the fetch is done. */
 static void handle_open_local(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
                               const uint8_t *msg)
 {
@@ -159,14 +166,30 @@ static void handle_open_local(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *h
 	               .id = ref.id,
 	               .len = wrk_ref_len(&ref),
 	               .lease_ms = req->lease_ms};
-	if (wrk_fx_ensure(w->fx, &ref, WRK_PRIO_HIGH, NULL, false, open_fetch_done, NULL)) {
+	open_ctx *waiter = NULL;
+	if (req->wait) {
+		waiter = malloc(sizeof(*waiter));
+		if (!waiter) {
+			cis_rpc_reply_error(conn, hdr, -ENOMEM, "out of memory");
+			goto out_ref;
+		}
+		*waiter = c;
+		cis_rpc_conn_ref(conn);
+	}
+	if (wrk_fx_ensure(w->fx, &ref, WRK_PRIO_HIGH, NULL, false, open_fetch_done, waiter)) {
 		cis_counter_inc(w->m.hits);
 		open_reply(&c);
+		if (waiter) {
+			cis_rpc_conn_unref(conn);
+			free(waiter);
+		}
 	} else {
 		cis_counter_inc(w->m.misses);
-		cis_rpc_reply_error(conn, hdr, -EAGAIN,
-		                    "block not cached yet (fetching it): read it remotely");
+		if (!waiter)
+			cis_rpc_reply_error(conn, hdr, -EAGAIN,
+			                    "block not cached yet (fetching it): read it remotely");
 	}
+out_ref:
 	wrk_ref_free(&ref);
 out_req:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -179,19 +202,34 @@ static void handle_lease(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, c
 	int rc;
 
 	int uid = cis_rpc_conn_peer_uid(conn); /* -1 on TCP: owns no lease */
+	bool renew = hdr->type == CIS_MSG_WORKER_RENEW_LOCAL;
+	size_t more = req->n_more_lease_ids;
+	uint64_t unknown[WRK_MAX_LEASE_BATCH + 1];
 
-	if (hdr->type == CIS_MSG_WORKER_RENEW_LOCAL) {
-		rc = wrk_lease_renew(w->leases, req->lease_id, req->lease_ms, uid);
+	if (more > WRK_MAX_LEASE_BATCH) {
+		cis_counter_inc(w->m.bad_requests);
+		cis_rpc_reply_error(conn, hdr, -EINVAL, "%zu leases in one request: at most %d",
+		                    more + 1, WRK_MAX_LEASE_BATCH + 1);
+		goto out;
+	}
+	for (size_t i = 0; i <= more; i++) {
+		uint64_t id = i < more ? req->more_lease_ids[i] : req->lease_id;
+		rc = renew ? wrk_lease_renew(w->leases, id, req->lease_ms, uid)
+		           : wrk_lease_release(w->leases, id, uid);
 		if (rc > 0)
 			r.lease_expiry_ms = (uint64_t)rc;
-	} else {
-		rc = wrk_lease_release(w->leases, req->lease_id, uid);
+		if (rc < 0 && more && renew)
+			unknown[r.n_unknown_lease_ids++] = id;
 	}
+	r.unknown_lease_ids = unknown;
+	if (more)
+		rc = 0; /* a batch lists what it did not find */
 	if (rc < 0)
 		cis_rpc_reply_error(conn, hdr, rc, "lease %" PRIu64 ": unknown or expired",
 		                    req->lease_id);
 	else
 		cis_rpc_reply(conn, hdr, &r.base, 0);
+out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
@@ -511,6 +549,8 @@ void wrk_serve_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, 
 	wrk *w = ctx;
 
 	(void)data; /* no worker request carries raw data */
+	unsigned t = (unsigned)hdr->type - CIS_MSG_WORKER_FIRST;
+	cis_counter_inc(w->m.requests[t < WRK_REQUEST_TYPES ? t : WRK_REQUEST_TYPES]);
 	switch (hdr->type) {
 	case CIS_MSG_PING: {
 		UNPACK(Cis__Ping, cis__ping__descriptor);

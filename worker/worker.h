@@ -31,15 +31,16 @@
 #include "cistern/proto/common.pb-c.h"
 #include "cistern/proto/worker.pb-c.h"
 
-#define WRK_MAX_DIRS       32
-#define WRK_MAX_BLOCK_SIZE (1ull << 30) /* largest block size accepted */
-#define WRK_MAX_KEY        4096
-#define WRK_STREAM_CHUNK   (4u << 20)   /* data per reply frame */
-#define WRK_STREAM_MIN     (256u << 10) /* send a streamed frame once this much is in */
-#define WRK_MAX_BATCH      65536        /* blocks per Prefetch/Load/Free/Pin request */
-#define WRK_DEFAULT_LEASE  30000
-#define WRK_MAX_LEASE      600000
-#define WRK_MAX_LEASES     65536
+#define WRK_MAX_DIRS        32
+#define WRK_MAX_BLOCK_SIZE  (1ull << 30) /* largest block size accepted */
+#define WRK_MAX_KEY         4096
+#define WRK_STREAM_CHUNK    (4u << 20)   /* data per reply frame */
+#define WRK_STREAM_MIN      (256u << 10) /* send a streamed frame once this much is in */
+#define WRK_MAX_BATCH       65536        /* blocks per Prefetch/Load/Free/Pin request */
+#define WRK_DEFAULT_LEASE   30000
+#define WRK_MAX_LEASE       600000
+#define WRK_MAX_LEASES      262144
+#define WRK_MAX_LEASE_BATCH 4095 /* more_lease_ids in one renew or release */
 
 typedef struct wrk wrk;
 typedef struct wrk_bs wrk_bs;
@@ -76,6 +77,8 @@ int wrk_id_from_bytes(const ProtobufCBinaryData *b, cis_block_id *out);
 
 /* ---- metrics ---- */
 
+#define WRK_REQUEST_TYPES 10 /* CIS_MSG_WORKER_READ_BLOCK .. CIS_MSG_WORKER_STAT */
+
 typedef struct wrk_metrics {
 	cis_counter *hits, *misses;
 	cis_counter *served_remote, *served_local;
@@ -86,6 +89,9 @@ typedef struct wrk_metrics {
 	cis_counter *checksum_failures, *scrubbed;
 	cis_counter *disk_errors, *direct_reads, *bad_requests;
 	cis_counter *single_flight_joins;
+	/* Requests by message type, CIS_MSG_WORKER_FIRST on; the last counts
+	 * every other type. */
+	cis_counter *requests[WRK_REQUEST_TYPES + 1];
 } wrk_metrics;
 
 /* ---- the worker ---- */

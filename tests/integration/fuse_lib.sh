@@ -29,7 +29,7 @@ start_master() {
 }
 
 # start_worker NAME: a worker with its own cache, state and socket; sets
-# WPID_<NAME> and WRPC_<NAME>.
+# WPID_<NAME>, WRPC_<NAME> and WHTTP_<NAME>.
 start_worker() {
 	local name=$1 rpc http pid
 	rpc=$(free_port)
@@ -44,6 +44,14 @@ start_worker() {
 	wait_for 30 curl -sf -m 2 "http://127.0.0.1:$http/readyz"
 	printf -v "WPID_$name" '%s' "$pid"
 	printf -v "WRPC_$name" '%s' "$rpc"
+	printf -v "WHTTP_$name" '%s' "$http"
+}
+
+# wmetric NAME METRIC: its value from worker NAME's /metrics (0 if absent).
+wmetric() {
+	local port="WHTTP_$1"
+	curl -sf -m 5 "http://127.0.0.1:${!port}/metrics" |
+		awk -v n="$2" '$1 == n { v = $2 } END { printf "%d\n", (v == "" ? 0 : v) }'
 }
 
 # mount_fuse MNT ARGS...: cistern-fuse as a daemon on MNT; FHTTP is its

@@ -196,4 +196,32 @@ if command -v mount.fuse3 >/dev/null && command -v mount >/dev/null; then
 	cmp -s "$SRC/$first" "$MNT3/$first" || fail "mount -t fuse.cistern-fuse: $first differs"
 	unmount_fuse "$MNT3"
 fi
+
+# --- small files, leases ----------------------------------------------------------
+# A small file's descriptor is opened with the file (one OpenLocal, waited
+# for on a miss), so its read asks the worker nothing more. Descriptors that
+# leave the cache have their leases released in batches; an unmount releases
+# the rest.
+log "small files: one request each; leases released"
+# leases_at_most N: worker a holds at most N short-circuit leases.
+leases_at_most() { [ "$(wmetric a cistern_worker_leases)" -le "$1" ]; }
+unmount_fuse "$MNT"
+wait_for 10 leases_at_most 0
+MNT5="$CIS_TMP/mnt5"
+mount_fuse "$MNT5" --root /tree --fd-cache 16
+mapfile -t small < <(cd "$SRC" && find . -type f -size +0 -size -1000k | LC_ALL=C sort | awk "NR <= 200")
+assert_eq "${#small[@]}" 200 "small files in the tree"
+ol0=$(wmetric a 'cistern_worker_requests_total{type="open_local"}')
+pf0=$(wmetric a 'cistern_worker_requests_total{type="prefetch"}')
+rb0=$(wmetric a 'cistern_worker_requests_total{type="read_block"}')
+[ "$(cd "$MNT5" && sha256sum "${small[@]}")" = "$(cd "$SRC" && sha256sum "${small[@]}")" ] ||
+	fail "small files: checksums differ"
+ol=$(($(wmetric a 'cistern_worker_requests_total{type="open_local"}') - ol0))
+pf=$(($(wmetric a 'cistern_worker_requests_total{type="prefetch"}') - pf0))
+rb=$(($(wmetric a 'cistern_worker_requests_total{type="read_block"}') - rb0))
+assert_eq "$ol $pf $rb" "200 0 0" "OpenLocal, Prefetch and ReadBlock requests for 200 small files"
+# 184 descriptors left the cache: their releases go out in batches.
+wait_for 10 leases_at_most 16
+unmount_fuse "$MNT5"
+wait_for 10 leases_at_most 0
 log "ok"

@@ -14,6 +14,10 @@
  *   cat                  every block in order over TCP; the file's bytes to stdout
  *   local INDEX          OpenLocal on the Unix socket; the fd's bytes to stdout
  *   hold INDEX MS        OpenLocal, keep the lease MS ms, print "held", release
+ *   waitlocal INDEX      OpenLocal with wait: the fd at the first call, even for
+ *                        a cold block; the fd's bytes to stdout
+ *   leases INDEX         three leases on the block, renewed and released in
+ *                        batches with an unknown id among them; prints "leases ok"
  *   parallel N INDEX     N threads read the whole block at once over TCP; all
  *                        must agree; prints the bytes once
  *   prefetch|load|pin|unpin|free INDEX...   the batch requests; prints the reply
@@ -370,6 +374,107 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 	cis_rpc_client_free(c);
 }
 
+/* OpenLocal with wait: one call, never "not cached yet". */
+static int open_wait(cis_rpc_client *c, const file_spec *f, uint64_t index,
+                     Cis__OpenLocalReply **rep)
+{
+	Cis__OpenLocalRequest req = CIS__OPEN_LOCAL_REQUEST__INIT;
+	ref_buf r;
+	int fd = -1;
+
+	make_ref(f, index, &r);
+	req.block = &r.ref;
+	req.wait = true;
+	*rep =
+	    call(c, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, &cis__open_local_reply__descriptor, &fd);
+	if (fd < 0)
+		die("open local with wait: no fd passed");
+	return fd;
+}
+
+static void cmd_waitlocal(const file_spec *f, uint64_t index)
+{
+	cis_rpc_client *c = connect_to(NULL, unix_path);
+	Cis__OpenLocalReply *rep;
+	int fd = open_wait(c, f, index, &rep);
+	char buf[1 << 16];
+	uint64_t got = 0;
+	ssize_t n;
+
+	while ((n = pread(fd, buf, sizeof(buf), (off_t)got)) > 0) {
+		write_all(1, buf, (size_t)n);
+		got += (uint64_t)n;
+	}
+	if (n < 0 || got != rep->length)
+		die("waitlocal: fd gave %" PRIu64 " bytes, reply said %" PRIu64, got, rep->length);
+	close(fd);
+	Cis__LeaseRequest lr = CIS__LEASE_REQUEST__INIT;
+	lr.lease_id = rep->lease_id;
+	protobuf_c_message_free_unpacked(
+	    call(c, CIS_MSG_WORKER_RELEASE_LOCAL, &lr.base, &cis__lease_reply__descriptor, NULL),
+	    NULL);
+	protobuf_c_message_free_unpacked(&rep->base, NULL);
+	cis_rpc_client_free(c);
+}
+
+/* A lease call that must fail with want. */
+static void lease_fails(cis_rpc_client *c, uint16_t type, Cis__LeaseRequest *lr, int want)
+{
+	cis_rpc_result res;
+	cis_errmsg em = {{0}};
+
+	memset(&res, 0, sizeof(res));
+	int rc = cis_rpc_call(c, type, &lr->base, NULL, 0, &res, 0, &em);
+	if (rc != want)
+		die("lease call %u: %d, want %d", type, rc, want);
+	cis_rpc_result_free(&res);
+}
+
+static void cmd_leases(const file_spec *f, uint64_t index)
+{
+	cis_rpc_client *c = connect_to(NULL, unix_path);
+	uint64_t ids[4];
+	for (int i = 0; i < 3; i++) {
+		Cis__OpenLocalReply *rep;
+		close(open_wait(c, f, index, &rep));
+		ids[i] = rep->lease_id;
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+	}
+	ids[3] = ids[0] ^ 0x5a5a5a5a5a5aull; /* nobody's lease */
+	Cis__LeaseRequest lr = CIS__LEASE_REQUEST__INIT;
+	lr.lease_id = ids[0];
+	lr.more_lease_ids = ids + 1;
+	lr.n_more_lease_ids = 3;
+	lr.lease_ms = 7000;
+	Cis__LeaseReply *rep =
+	    call(c, CIS_MSG_WORKER_RENEW_LOCAL, &lr.base, &cis__lease_reply__descriptor, NULL);
+	if (rep->lease_expiry_ms != 7000 || rep->n_unknown_lease_ids != 1 ||
+	    rep->unknown_lease_ids[0] != ids[3])
+		die("batch renew: expiry %" PRIu64 ", %zu unknown", rep->lease_expiry_ms,
+		    rep->n_unknown_lease_ids);
+	protobuf_c_message_free_unpacked(&rep->base, NULL);
+	/* More than a batch holds is refused whole. */
+	uint64_t *many = calloc(5000, sizeof(*many));
+	if (!many)
+		die("out of memory");
+	lr.more_lease_ids = many;
+	lr.n_more_lease_ids = 5000;
+	lease_fails(c, CIS_MSG_WORKER_RELEASE_LOCAL, &lr, -EINVAL);
+	free(many);
+	lr.more_lease_ids = ids + 1;
+	lr.n_more_lease_ids = 3;
+	rep = call(c, CIS_MSG_WORKER_RELEASE_LOCAL, &lr.base, &cis__lease_reply__descriptor, NULL);
+	protobuf_c_message_free_unpacked(&rep->base, NULL);
+	/* All three are gone: each alone is unknown now. */
+	lr.n_more_lease_ids = 0;
+	for (int i = 0; i < 3; i++) {
+		lr.lease_id = ids[i];
+		lease_fails(c, CIS_MSG_WORKER_RENEW_LOCAL, &lr, -ENOENT);
+	}
+	printf("leases ok\n");
+	cis_rpc_client_free(c);
+}
+
 typedef struct par_arg {
 	cis_rpc_client *c;
 	const file_spec *f;
@@ -558,6 +663,15 @@ int main(int argc, char **argv)
 			die("%s INDEX", cmd);
 		cmd_local(&f, strtoull(argv[i], NULL, 10),
 		          strcmp(cmd, "hold") == 0 && i + 1 < argc ? atol(argv[i + 1]) : -1);
+		return 0;
+	}
+	if (strcmp(cmd, "waitlocal") == 0 || strcmp(cmd, "leases") == 0) {
+		if (i >= argc)
+			die("%s INDEX", cmd);
+		if (strcmp(cmd, "waitlocal") == 0)
+			cmd_waitlocal(&f, strtoull(argv[i], NULL, 10));
+		else
+			cmd_leases(&f, strtoull(argv[i], NULL, 10));
 		return 0;
 	}
 	if (strcmp(cmd, "parallel") == 0) {
