@@ -32,8 +32,13 @@ fi
 mkdir -p "$results"
 notes="$results/notes.md"
 if [ "${BENCH_KEEP:-0}" = 1 ] && [ -f "$notes" ]; then
+	# Only the stores this run measures: a plain-only re-run keeps the
+	# shaped results of an earlier one.
 	for n in "${names[@]}"; do
-		rm -f "$results/$n.log" "$results/$n"-*.json
+		rm -f "$results/$n.log"
+		for store in ${BENCH_STORES:-plain shaped}; do
+			rm -f "$results/$n-$store".json "$results/$n-$store"-*.json
+		done
 	done
 else
 	rm -f "$results"/*.json "$results"/*.log "$notes"
