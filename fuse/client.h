@@ -93,6 +93,7 @@ typedef struct fcl {
 	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;
 	fcl_remote *remote;
+	fcl_dirahead *da;
 	fcl_stats stats;
 
 	pthread_mutex_t lock; /* guards mounts, workers, down */
@@ -212,6 +213,9 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
  * and read it ahead, so the read that follows asks nothing. False when
  * another worker owns it (use fcl_prefetch) or the worker failed. */
 bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx);
+/* Ask the owning workers for the first block of each file in inos (opened
+ * through the open cache, which then serves the readers' own opens). */
+void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n);
 /* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
                   cis_block_id *id);

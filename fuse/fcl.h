@@ -4,6 +4,7 @@
  *   inode.c     kernel lookup counts; forget drops entries
  *   meta.c      entry/attribute/negative caches with single flight
  *   readahead.c per-handle sequential detector and window
+ *   dirahead.c  files of a directory opened in order: the next ones to prefetch
  *   master.c    master RPC: namespace, open, worker list
  *   local.c     short-circuit: block fds from the local worker, leases
  *   remote.c    streamed block reads from workers over TCP
@@ -178,5 +179,26 @@ void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks);
  * block twice in one sequential run); 0 for random access. */
 uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_size,
                         uint64_t file_size, uint64_t *first);
+
+/* ---- directory readahead (dirahead.c) ---- */
+
+typedef struct fcl_dirahead fcl_dirahead;
+
+/* Files named per prefetch at most. */
+#define DA_MAX_WINDOW 64
+
+typedef struct fcl_da_file {
+	uint64_t ino; /* master inode */
+	uint64_t size;
+} fcl_da_file;
+
+int fcl_da_new(fcl_dirahead **out);
+void fcl_da_free(fcl_dirahead *da);
+/* The files of directory dino in listing order, as just served. */
+void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n);
+/* File ino was opened. When its directory's files are being opened in
+ * order, fills next (at most max) with the inodes of the files after it,
+ * of 1..max_size bytes, not named before; returns how many. */
+size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t *next, size_t max);
 
 #endif

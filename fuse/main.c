@@ -226,6 +226,20 @@ static void dir_clear(fcl_dir *d)
 	d->loaded = false;
 }
 
+/* Hand a directory's files, in order, to the directory readahead. */
+static void note_listing(fcl *c, uint64_t dino, const fcl_dir *d)
+{
+	fcl_da_file *files = malloc((d->n ? d->n : 1) * sizeof(*files));
+	if (!files)
+		return;
+	size_t n = 0;
+	for (size_t i = 0; i < d->n; i++)
+		if (!d->ents[i].a.is_dir)
+			files[n++] = (fcl_da_file){d->ents[i].a.ino, d->ents[i].a.size};
+	fcl_da_listed(c->da, dino, files, n);
+	free(files);
+}
+
 /* The whole listing, in pages of DIR_PAGE; a listing that went stale under
  * us (-ESTALE: the directory was re-synced) starts again. */
 static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
@@ -274,6 +288,8 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
 		}
 	}
 	d->loaded = rc == 0;
+	if (d->loaded)
+		note_listing(c, dino, d);
 	return rc;
 }
 
@@ -434,7 +450,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * owns the block, its descriptor is opened before the reply: the
 	 * read that follows at once then needs no request of its own (it
 	 * would otherwise race this one with a second). */
-	bool small = f->size > 0 && f->size <= f->block_size;
+	bool one_block = f->size > 0 && f->size <= f->block_size;
+	uint64_t block_size = f->block_size;
+	bool small = one_block;
 	if (small) {
 		f->ra.issued_to = 1;
 		small = !fcl_prefetch_local(c, f, 0);
@@ -450,6 +468,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (small) {
 		fcl_prefetch(c, f, 0, 1);
 		fcl_file_unref(f);
+	}
+	/* The files after this one, when its directory is read in order. */
+	if (one_block) {
+		uint64_t next[DA_MAX_WINDOW];
+		size_t k = fcl_da_opened(c->da, mino, block_size, next, DA_MAX_WINDOW);
+		if (k)
+			fcl_prefetch_files(c, next, k);
 	}
 }
 
@@ -917,7 +942,7 @@ int main(int argc, char **argv)
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
 	                 o.meta_cache, &c.meta) ||
 	    fcl_lru_new(versions_cap, CIS_UFS_VERSION_MAX, &c.versions) ||
-	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote))
+	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da))
 		cis_die("out of memory at start-up");
 
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -992,6 +1017,7 @@ int main(int argc, char **argv)
 	fcl_local_release_all(&c);
 	fcl_local_free(c.local);
 	fcl_remote_free(c.remote);
+	fcl_da_free(c.da);
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);
 	fcl_lru_free(c.versions);

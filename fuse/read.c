@@ -316,6 +316,9 @@ static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref
 	int rc = fcl_local_open(c, w, ref, wait, &fd, &blen, &waited, &em);
 	if (rc)
 		return rc == -EAGAIN; /* the worker is fetching it */
+	/* A small file's open waited for its fetch: its reader stalled. */
+	if (waited >= LOCAL_STALL_NS)
+		cis_histogram_observe(c->stats.stall_seconds, (double)waited / 1e9);
 	(void)posix_fadvise(fd, 0, (off_t)blen, POSIX_FADV_WILLNEED);
 	close(fd);
 	return true;
@@ -338,6 +341,33 @@ bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx)
 	return done;
 }
 
+/* One Prefetch request per primary owner for the refs not sent yet (ptrs:
+ * room for n). */
+static void send_by_owner(fcl *c, const fcl_wlist *wl, Cis__BlockRef *refs, Cis__BlockRef **ptrs,
+                          const size_t *owner, bool *sent, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (sent[i])
+			continue;
+		size_t k = 0;
+		for (size_t j = i; j < n; j++) {
+			if (!sent[j] && owner[j] == owner[i]) {
+				ptrs[k++] = &refs[j];
+				sent[j] = true;
+			}
+		}
+		cis_errmsg em = {{0}};
+		const fcl_worker *w = &wl->w[owner[i]];
+		int rc = fcl_remote_prefetch(c, w, ptrs, k, &em);
+		if (rc)
+			cis_log_limited(CIS_LOG_DEBUG, "prefetch", 10, "prefetch request failed",
+			                "worker=%llu err=\"%s\"", (unsigned long long)w->id,
+			                cis_errmsg_or(&em, rc));
+		else
+			cis_counter_add(c->stats.prefetch_blocks, k);
+	}
+}
+
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 {
 	if (n > 256)
@@ -358,27 +388,7 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 		cis_place(id, wl->ids, wl->n, &owner[i], 1);
 		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i], false);
 	}
-	/* One request per primary owner. */
-	for (uint64_t i = 0; i < n; i++) {
-		if (sent[i])
-			continue;
-		size_t k = 0;
-		for (uint64_t j = i; j < n; j++) {
-			if (!sent[j] && owner[j] == owner[i]) {
-				ptrs[k++] = &refs[j];
-				sent[j] = true;
-			}
-		}
-		cis_errmsg em = {{0}};
-		const fcl_worker *w = &wl->w[owner[i]];
-		int rc = fcl_remote_prefetch(c, w, ptrs, k, &em);
-		if (rc)
-			cis_log_limited(CIS_LOG_DEBUG, "prefetch", 10, "prefetch request failed",
-			                "worker=%llu err=\"%s\"", (unsigned long long)w->id,
-			                cis_errmsg_or(&em, rc));
-		else
-			cis_counter_add(c->stats.prefetch_blocks, k);
-	}
+	send_by_owner(c, wl, refs, ptrs, owner, sent, n);
 out_free:
 	free(refs);
 	free(ptrs);
@@ -386,5 +396,38 @@ out_free:
 	free(owner);
 	free(sent);
 out_put:
+	fcl_workers_put(c, wl);
+}
+
+void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n)
+{
+	if (n > DA_MAX_WINDOW)
+		n = DA_MAX_WINDOW;
+	fcl_wlist *wl = fcl_workers_get(c);
+	fcl_file *files[DA_MAX_WINDOW];
+	Cis__BlockRef refs[DA_MAX_WINDOW], *ptrs[DA_MAX_WINDOW];
+	uint8_t ids[DA_MAX_WINDOW][16];
+	size_t owner[DA_MAX_WINDOW];
+	bool sent[DA_MAX_WINDOW];
+	size_t k = 0;
+	for (size_t i = 0; i < n && wl->n; i++) {
+		fcl_file *f;
+		bool hit;
+		cis_errmsg em = {{0}};
+		if (fcl_master_open(c, inos[i], &f, &hit, &em))
+			continue; /* its reader will see why */
+		if (f->size == 0) {
+			fcl_file_unref(f);
+			continue;
+		}
+		cis_block_id id;
+		fcl_blockref(f, 0, &refs[k], ids[k], &id);
+		cis_place(id, wl->ids, wl->n, &owner[k], 1);
+		sent[k] = false;
+		files[k++] = f;
+	}
+	send_by_owner(c, wl, refs, ptrs, owner, sent, k);
+	for (size_t i = 0; i < k; i++)
+		fcl_file_unref(files[i]);
 	fcl_workers_put(c, wl);
 }

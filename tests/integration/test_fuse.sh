@@ -9,6 +9,8 @@
 #    not a request per entry; the kernel's forget empties the inode table;
 #    missing names are cached (negative entries);
 #  - writes of every kind get EROFS and a log line;
+#  - a small file costs one worker request; leases are released in batches;
+#    small files opened in listing order get the next ones prefetched;
 #  - start-up errors (missing, already mounted, unreachable master) are one
 #    clear line and exit 1; the mount.fuse3 argument form works; SIGTERM
 #    unmounts cleanly.
@@ -224,4 +226,33 @@ assert_eq "$ol $pf $rb" "200 0 0" "OpenLocal, Prefetch and ReadBlock requests fo
 wait_for 10 leases_at_most 16
 unmount_fuse "$MNT5"
 wait_for 10 leases_at_most 0
+
+# --- directory readahead ------------------------------------------------------------
+# Small files opened in listing order get the next ones prefetched; a
+# shuffled reader gets (almost) nothing prefetched.
+log "directory readahead"
+SEQ="$CIS_TMP/seq"
+mkdir -p "$SEQ/in-order" "$SEQ/shuffled"
+for d in in-order shuffled; do
+	for i in $(seq -w 1 300); do head -c 3000 /dev/urandom >"$SEQ/$d/f$i"; done
+done
+"${CLI[@]}" mount /seq "file://$SEQ" >/dev/null || fail "cistern mount /seq"
+MNT6="$CIS_TMP/mnt6"
+mount_fuse "$MNT6" --root /seq
+pf0=$(metric cistern_fuse_prefetch_blocks_total)
+mapfile -t names < <(ls "$MNT6/in-order")
+for f in "${names[@]}"; do cat "$MNT6/in-order/$f"; done | cmp - <(cat "$SEQ"/in-order/*) ||
+	fail "in-order files differ"
+pf=$(($(metric cistern_fuse_prefetch_blocks_total) - pf0))
+log "in order: $pf of 300 files prefetched"
+[ "$pf" -ge 290 ] || fail "in order: $pf of 300 files prefetched ahead of the reader"
+pf0=$(metric cistern_fuse_prefetch_blocks_total)
+mapfile -t names < <(ls "$MNT6/shuffled" | shuf)
+for f in "${names[@]}"; do
+	cmp -s "$MNT6/shuffled/$f" "$SEQ/shuffled/$f" || fail "shuffled: $f differs"
+done
+pf=$(($(metric cistern_fuse_prefetch_blocks_total) - pf0))
+log "shuffled: $pf of 300 files prefetched"
+[ "$pf" -le 60 ] || fail "shuffled: $pf of 300 files prefetched for a random reader"
+unmount_fuse "$MNT6"
 log "ok"
