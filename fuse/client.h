@@ -214,7 +214,8 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
  * another worker owns it (use fcl_prefetch) or the worker failed. */
 bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx);
 /* Ask the owning workers for the first block of each file in inos (opened
- * through the open cache, which then serves the readers' own opens). */
+ * through the open cache, which then serves the readers' own opens),
+ * but for blocks whose short-circuit descriptor is cached. */
 void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n);
 /* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],

@@ -423,6 +423,11 @@ void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n)
 		cis_block_id id;
 		fcl_blockref(f, 0, &refs[k], ids[k], &id);
 		cis_place(id, wl->ids, wl->n, &owner[k], 1);
+		/* Its descriptor is cached: this host's worker has it. */
+		if (wl->w[owner[k]].local && fcl_local_cached(c, &wl->w[owner[k]], &refs[k])) {
+			fcl_file_unref(f);
+			continue;
+		}
 		sent[k] = false;
 		files[k++] = f;
 	}
