@@ -158,10 +158,11 @@ void fcl_local_free(fcl_local *l);
 /* A descriptor of the block file (a dup the caller closes) and its length,
  * from the cache or by OpenLocal. *waited_ns is the time spent in
  * OpenLocal (0 on a cache hit). When the worker does not hold the block
- * yet it starts fetching it and, unless wait, the call returns -EAGAIN at
- * once: read it with fcl_remote_read. */
-int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool wait, int *fd,
-                   uint64_t *len, uint64_t *waited_ns, cis_errmsg *em);
+ * yet it starts fetching it; a block of at most FCL_LOCAL_WAIT_MAX bytes
+ * is waited for, a larger one answers -EAGAIN at once: read it with
+ * fcl_remote_read. */
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
+                   uint64_t *waited_ns, cis_errmsg *em);
 /* Whether a descriptor of ref from w is in the cache (no RPC). */
 bool fcl_local_cached(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
 /* Stop caching the descriptor of ref from w (it failed a read): close it

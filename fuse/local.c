@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cistern/buf.h"
 #include "cistern/frame.h"
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
@@ -43,8 +44,7 @@ typedef struct lease_item {
 
 typedef struct lease_batch {
 	fcl_worker w;
-	lease_item *items;
-	size_t n, cap;
+	cis_buf items; /* lease_item[] */
 } lease_batch;
 
 typedef struct lease_queue {
@@ -147,19 +147,18 @@ static bool queue_lease(lease_queue *q, const fcl_worker *w, uint64_t lease_id,
 		b = &q->b[q->n++];
 		*b = (lease_batch){.w = *w};
 	}
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 64;
-		lease_item *items = realloc(b->items, cap * sizeof(*items));
-		if (!items)
-			return false;
-		b->items = items;
-		b->cap = cap;
-	}
-	b->items[b->n] = (lease_item){.lease_id = lease_id};
+	lease_item it = {.lease_id = lease_id};
 	if (key)
-		memcpy(b->items[b->n].key, key, sizeof(b->items[b->n].key));
-	b->n++;
-	return true;
+		memcpy(it.key, key, sizeof(it.key));
+	return cis_buf_append(&b->items, &it, sizeof(it)) == 0;
+}
+
+static void free_queue(lease_queue *q)
+{
+	for (size_t i = 0; i < q->n; i++)
+		cis_buf_free(&q->b[i].items);
+	free(q->b);
+	*q = (lease_queue){0};
 }
 
 /* Send a queue, LEASE_BATCH leases a request. A worker that does not
@@ -172,21 +171,14 @@ static void flush_queue(fcl *c, lease_queue *q, uint16_t type)
 	pthread_mutex_unlock(&c->local->lock);
 	for (size_t i = 0; i < took.n; i++) {
 		lease_batch *b = &took.b[i];
-		for (size_t at = 0; at < b->n; at += LEASE_BATCH) {
-			size_t n = b->n - at < LEASE_BATCH ? b->n - at : LEASE_BATCH;
-			(void)lease_call(c, &b->w, type, b->items + at, n);
+		const lease_item *items = (const lease_item *)b->items.data;
+		size_t total = b->items.len / sizeof(*items);
+		for (size_t at = 0; at < total; at += LEASE_BATCH) {
+			size_t n = total - at < LEASE_BATCH ? total - at : LEASE_BATCH;
+			(void)lease_call(c, &b->w, type, items + at, n);
 		}
-		free(b->items);
 	}
-	free(took.b);
-}
-
-static void free_queue(lease_queue *q)
-{
-	for (size_t i = 0; i < q->n; i++)
-		free(q->b[i].items);
-	free(q->b);
-	*q = (lease_queue){0};
+	free_queue(&took);
 }
 
 /* Close an entry that left the cache and queue the release of its lease
@@ -231,8 +223,8 @@ static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
 	return 24;
 }
 
-int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool wait, int *fd,
-                   uint64_t *len, uint64_t *waited_ns, cis_errmsg *em)
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
+                   uint64_t *waited_ns, cis_errmsg *em)
 {
 	fcl_local *l = c->local;
 	uint8_t k[24];
@@ -275,7 +267,9 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool w
 		return cis_fail(em, -ENOMEM, "worker %s: no client", w->unix_path);
 	Cis__OpenLocalRequest req = CIS__OPEN_LOCAL_REQUEST__INIT;
 	req.block = (Cis__BlockRef *)ref;
-	req.wait = wait;
+	uint64_t start = ref->index * ref->block_size;
+	req.wait = ref->block_size <= FCL_LOCAL_WAIT_MAX ||
+	           (start < ref->file_size && ref->file_size - start <= FCL_LOCAL_WAIT_MAX);
 	cis_rpc_result res;
 	memset(&res, 0, sizeof(res));
 	res.fd = -1;

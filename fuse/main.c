@@ -450,27 +450,27 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * owns the block, its descriptor is opened before the reply: the
 	 * read that follows at once then needs no request of its own (it
 	 * would otherwise race this one with a second). */
-	bool one_block = f->size > 0 && f->size <= f->block_size;
+	bool small = f->size > 0 && f->size <= f->block_size;
 	uint64_t block_size = f->block_size;
-	bool small = one_block;
+	bool ask_owner = false; /* another worker owns it: Prefetch after the reply */
 	if (small) {
 		f->ra.issued_to = 1;
-		small = !fcl_prefetch_local(c, f, 0);
+		ask_owner = !fcl_prefetch_local(c, f, 0);
 	}
-	if (small)
+	if (ask_owner)
 		fcl_file_ref(f); /* for the prefetch after the reply */
 	if (fuse_reply_open(req, fi)) {
 		fcl_file_unref(f);
-		if (small)
+		if (ask_owner)
 			fcl_file_unref(f);
 		return;
 	}
-	if (small) {
+	if (ask_owner) {
 		fcl_prefetch(c, f, 0, 1);
 		fcl_file_unref(f);
 	}
 	/* The files after this one, when its directory is read in order. */
-	if (one_block) {
+	if (small) {
 		uint64_t next[DA_MAX_WINDOW];
 		size_t k = fcl_da_opened(c->da, mino, block_size, next, DA_MAX_WINDOW);
 		if (k)

@@ -178,10 +178,9 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		if (w->local) {
 			int fd;
 			uint64_t blen, waited;
-			bool wait = block_len(f, idx) <= FCL_LOCAL_WAIT_MAX;
-			rc = fcl_local_open(c, w, &ref, wait, &fd, &blen, &waited, &wem);
-			/* Not cached yet: the worker answered at once and started
-			 * the fetch. Stream this read from it (the first bytes as
+			rc = fcl_local_open(c, w, &ref, &fd, &blen, &waited, &wem);
+			/* Not cached yet (a large block): the worker answered at
+			 * once and started the fetch. Stream this read from it (the first bytes as
 			 * they arrive); a later read opens the block locally. */
 			if (rc == -EAGAIN)
 				stream = true;
@@ -310,10 +309,7 @@ static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref
 	int fd;
 	uint64_t blen, waited;
 	cis_errmsg em = {{0}};
-	uint64_t start = ref->index * ref->block_size;
-	bool wait =
-	    ref->file_size - start <= FCL_LOCAL_WAIT_MAX || ref->block_size <= FCL_LOCAL_WAIT_MAX;
-	int rc = fcl_local_open(c, w, ref, wait, &fd, &blen, &waited, &em);
+	int rc = fcl_local_open(c, w, ref, &fd, &blen, &waited, &em);
 	if (rc)
 		return rc == -EAGAIN; /* the worker is fetching it */
 	/* A small file's open waited for its fetch: its reader stalled. */
