@@ -28,7 +28,7 @@ rig_worker() {
 	"$CIS_BUILD/worker/cistern-worker" --master "127.0.0.1:$M_RPC" --bind 127.0.0.1 \
 		--host 127.0.0.1 --rpc-port "$rpc" --http-port "$http" \
 		--state-dir "$CIS_TMP/$name.state" --cache-dir "$CIS_TMP/$name.cache:${mib}M" \
-		--log-level warn >>"$CIS_TMP/$name.log" 2>&1 &
+		--log-level warn ${RIG_WORKER_ARGS:-} >>"$CIS_TMP/$name.log" 2>&1 &
 	local pid=$!
 	cis_on_exit "kill_pid $pid"
 	eval "${name}_PID=$pid ${name}_RPC=$rpc ${name}_HTTP=$http"

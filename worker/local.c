@@ -30,6 +30,7 @@ struct wrk_leases {
 	lease *table[LEASE_BUCKETS];
 	uint64_t next_id;
 	uint64_t count;
+	uint64_t next_expiry_ms; /* no lease expires before: the sweep waits */
 };
 
 static uint32_t clamp_ms(uint32_t ms)
@@ -94,6 +95,8 @@ int wrk_lease_add(wrk_leases *l, wrk_block *blk, uint32_t ms, int owner_uid, uin
 	e->blk = blk;
 	e->expiry_ms = cis_mono_ms() + ms;
 	e->owner_uid = owner_uid;
+	if (l->count == 0 || e->expiry_ms < l->next_expiry_ms)
+		l->next_expiry_ms = e->expiry_ms;
 	e->next = l->table[e->id % LEASE_BUCKETS];
 	l->table[e->id % LEASE_BUCKETS] = e;
 	l->count++;
@@ -112,6 +115,8 @@ int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms, int owner_uid
 	for (lease *e = l->table[lease_id % LEASE_BUCKETS]; e; e = e->next)
 		if (e->id == lease_id && e->owner_uid == owner_uid) {
 			e->expiry_ms = cis_mono_ms() + clamp_ms(ms);
+			if (e->expiry_ms < l->next_expiry_ms)
+				l->next_expiry_ms = e->expiry_ms; /* a renewal may shorten it */
 			rc = (int)clamp_ms(ms);
 			break;
 		}
@@ -142,14 +147,21 @@ int wrk_lease_release(wrk_leases *l, uint64_t lease_id, int owner_uid)
 void wrk_leases_expire(wrk_leases *l)
 {
 	uint64_t now = cis_mono_ms();
+	uint64_t next = UINT64_MAX;
 	lease *dead = NULL;
 
 	pthread_mutex_lock(&l->mu);
+	if (l->count == 0 || now < l->next_expiry_ms) {
+		pthread_mutex_unlock(&l->mu);
+		return; /* nothing can have expired: no sweep of the table */
+	}
 	for (int i = 0; i < LEASE_BUCKETS; i++)
 		for (lease **pp = &l->table[i]; *pp;) {
 			lease *e = *pp;
 
 			if (e->expiry_ms > now) {
+				if (e->expiry_ms < next)
+					next = e->expiry_ms;
 				pp = &e->next;
 				continue;
 			}
@@ -158,6 +170,7 @@ void wrk_leases_expire(wrk_leases *l)
 			e->next = dead;
 			dead = e;
 		}
+	l->next_expiry_ms = next;
 	pthread_mutex_unlock(&l->mu);
 	while (dead) {
 		lease *next = dead->next;

@@ -92,3 +92,28 @@ Test(worker_lease, ids_distinct_and_expiry_releases)
 	wrk_leases_free(l);
 	cr_assert_eq(released, 2, "freeing the table releases what is left");
 }
+
+Test(worker_lease, sweep_waits_for_the_earliest_expiry)
+{
+	wrk_leases *l = leases();
+	uint64_t a, b, c, granted;
+
+	cr_assert_eq(wrk_lease_add(l, (wrk_block *)&w, 60000, 7, &a, &granted), 0);
+	wrk_leases_expire(l);
+	cr_assert_eq(released, 0);
+	/* Added after the sweep with an earlier expiry: swept in time. */
+	cr_assert_eq(wrk_lease_add(l, (wrk_block *)&w, 1, 7, &b, &granted), 0);
+	cis_sleep_ms(5);
+	wrk_leases_expire(l);
+	cr_assert_eq(released, 1, "the later, shorter lease expired");
+	/* A renewal that shortens a lease brings its sweep forward. */
+	cr_assert_eq(wrk_lease_add(l, (wrk_block *)&w, 60000, 7, &c, &granted), 0);
+	wrk_leases_expire(l);
+	cr_assert_eq(wrk_lease_renew(l, c, 1, 7), 1);
+	cis_sleep_ms(5);
+	wrk_leases_expire(l);
+	cr_assert_eq(released, 2, "the shortened lease expired");
+	cr_assert_eq(wrk_leases_count(l), 1);
+	cr_assert_eq(wrk_lease_renew(l, a, 1000, 7), 1000, "the long one lives");
+	wrk_leases_free(l);
+}
