@@ -21,6 +21,8 @@ static const cis_opt opts[] = {
     {"heartbeat-interval", "DURATION", "1s", "worker heartbeat interval", false, 0},
     {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
     {"repl-interval", "DURATION", "30s", "replication manager's full scan period", false, 0},
+    {"list-ahead", "N", "8", "threads listing new subdirectories before clients ask (0: off)",
+     false, 0},
     {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
     CIS_OPT_END,
 };
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
 {
 	cis_config *cfg;
 	cis_errmsg em = {{0}};
-	int64_t rpc_port, http_port, io_threads;
+	int64_t rpc_port, http_port, io_threads, list_ahead;
 	uint64_t map_size, hb_ms, lost_ms, repl_ms;
 	enum cis_log_level lvl;
 	int rc = cis_config_load(&cfg, opts, "CISTERN_", argc, argv, 1, &em);
@@ -95,7 +97,8 @@ int main(int argc, char **argv)
 	    cis_config_size(cfg, "map-size", &map_size, &em) ||
 	    cis_config_duration_ms(cfg, "heartbeat-interval", &hb_ms, &em) ||
 	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em) ||
-	    cis_config_duration_ms(cfg, "repl-interval", &repl_ms, &em))
+	    cis_config_duration_ms(cfg, "repl-interval", &repl_ms, &em) ||
+	    cis_config_int(cfg, "list-ahead", 0, 64, &list_ahead, &em))
 		cis_die("%s", em.text);
 	if (cis_config_npos(cfg))
 		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));
@@ -120,6 +123,7 @@ int main(int argc, char **argv)
 	    .lost_timeout_ms = lost_ms,
 	    .metrics = metrics,
 	    .repl_interval_ms = repl_ms,
+	    .list_ahead = (int)list_ahead,
 	};
 	rc = mst_open(&mo, &m, &em);
 	if (rc)

@@ -34,6 +34,9 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 	                                      "RPC requests answered with an error");
 	m->c_api_requests = cis_metrics_counter(m->metrics, "cistern_master_api_requests_total",
 	                                        NULL, "Admin API requests handled");
+	m->c_lists_ahead =
+	    cis_metrics_counter(m->metrics, "cistern_master_lists_ahead_total", NULL,
+	                        "New subdirectories listed before a client asked for them");
 	err = mst_store_open(m, o->data_dir, o->map_size, em);
 	if (err)
 		goto out_free;
@@ -50,6 +53,8 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 		err = mst_jobs_new(m, !o->no_background, &m->jobs);
 	if (!err && !o->no_background)
 		err = mst_repl_start(m, o->repl_interval_ms, &m->repl);
+	if (!err && !o->no_background)
+		err = mst_listahead_new(m, o->list_ahead, &m->listahead);
 	if (err) {
 		cis_fail(em, err, "jobs: %s", cis_strerror(err));
 		goto out_jobs;
@@ -57,6 +62,7 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 	*out = m;
 	return 0;
 out_jobs:
+	mst_repl_stop(m->repl);
 	mst_jobs_free(m->jobs);
 	mst_wconns_free(m->wconns);
 	mst_workers_free(m->workers);
@@ -77,6 +83,9 @@ void mst_close(mst_master *m)
 		return;
 	mst_repl_stop(m->repl);
 	mst_jobs_free(m->jobs);
+	/* After the jobs (their walks queue here), before what its threads
+	 * list into: the mounts and LMDB. */
+	mst_listahead_free(m->listahead);
 	mst_wconns_free(m->wconns);
 	mst_workers_free(m->workers);
 	mst_mounts_free(m);

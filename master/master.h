@@ -66,6 +66,7 @@ typedef struct mst_workers mst_workers;
 typedef struct mst_jobs mst_jobs;
 typedef struct mst_repl mst_repl;
 typedef struct mst_wconns mst_wconns;
+typedef struct mst_listahead mst_listahead;
 
 typedef struct mst_master {
 	MDB_env *env;
@@ -85,13 +86,14 @@ typedef struct mst_master {
 	mst_flight *flights;
 
 	mst_workers *workers;
-	mst_wconns *wconns; /* RPC clients to workers (repl.c) */
-	mst_jobs *jobs;     /* jobs.c */
-	mst_repl *repl;     /* repl.c */
+	mst_wconns *wconns;       /* RPC clients to workers (repl.c) */
+	mst_jobs *jobs;           /* jobs.c */
+	mst_repl *repl;           /* repl.c */
+	mst_listahead *listahead; /* listahead.c; NULL: none */
 
 	cis_metrics *metrics;
 	cis_counter *c_store_lists, *c_store_list_errors, *c_lookups, *c_rpc_requests,
-	    *c_rpc_errors, *c_api_requests;
+	    *c_rpc_errors, *c_api_requests, *c_lists_ahead;
 } mst_master;
 
 typedef struct mst_open_opts {
@@ -102,6 +104,7 @@ typedef struct mst_open_opts {
 	cis_metrics *metrics;      /* NULL: a private registry */
 	uint64_t repl_interval_ms; /* 0: 30000; the replication manager's full scan period */
 	bool no_background;        /* tests: no job threads, no replication manager */
+	int list_ahead;            /* threads listing new subdirectories ahead; 0: none */
 } mst_open_opts;
 
 /* master.c: open/close everything (LMDB, mounts, worker registry). */
@@ -165,11 +168,23 @@ int mst_ns_resolve(mst_master *m, const char *path, mst_inode *out, cis_errmsg *
  * *entries malloc'd (caller frees). */
 int mst_ns_readdir(mst_master *m, uint64_t dir, uint64_t cookie, size_t max, mst_inode **entries,
                    size_t *n, uint64_t *next_cookie, bool *eof, cis_errmsg *em);
-/* List the directory from the store now (force) or if stale. */
+/* List the directory from the store now (force) or if stale. Directories
+ * the listing shows for the first time are queued for listing ahead. */
 int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em);
+/* The same for a directory queued for listing ahead, depth levels below
+ * the listing a client asked for. */
+int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);
 /* Re-list path now; with recursive, every directory below already loaded. */
 int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em);
 void mst_ns_flights_init(mst_master *m);
+
+/* listahead.c: threads listing new subdirectories before a walk asks. */
+#define MST_LIST_AHEAD_DEPTH 2 /* levels below the listing asked for */
+int mst_listahead_new(mst_master *m, int threads, mst_listahead **out);
+void mst_listahead_free(mst_listahead *la);
+/* Queue dirs (inode ids) depth levels below a listing asked for; none
+ * beyond MST_LIST_AHEAD_DEPTH, none with la NULL. */
+void mst_listahead_queue(mst_listahead *la, const uint64_t *dirs, size_t n, int depth);
 
 /* workers.c */
 int mst_workers_new(mst_master *m, uint64_t heartbeat_ms, uint64_t lost_ms, mst_workers **out);

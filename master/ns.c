@@ -230,8 +230,28 @@ static void fill_from_store(mst_inode *ino, const mst_inode *dir, const cis_ufs_
 	memcpy(ino->key + dl, e->name, nl + 1);
 }
 
+/* Directories a listing found for the first time (never listed yet). */
+struct new_dirs {
+	uint64_t *ids;
+	size_t n, cap;
+};
+
+static void note_new_dir(struct new_dirs *nd, uint64_t id)
+{
+	if (nd->n == nd->cap) {
+		size_t cap = nd->cap ? nd->cap * 2 : 64;
+		uint64_t *ni = realloc(nd->ids, cap * sizeof(*ni));
+
+		if (!ni)
+			return; /* only listing ahead misses it */
+		nd->ids = ni;
+		nd->cap = cap;
+	}
+	nd->ids[nd->n++] = id;
+}
+
 static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const cis_ufs_entry *e,
-                     mst_inode *scratch)
+                     mst_inode *scratch, struct new_dirs *nd)
 {
 	memset(scratch, 0, sizeof(*scratch));
 	int err = mst_store_next_id(m, txn, "next_inode", &scratch->id);
@@ -241,13 +261,17 @@ static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const ci
 	err = mst_inode_put(m, txn, scratch);
 	if (!err)
 		err = mst_child_put(m, txn, dir->id, scratch->name, scratch->id);
+	if (!err && scratch->type == MST_DIR)
+		note_new_dir(nd, scratch->id);
 	return err;
 }
 
 /* Merge the sorted store listing with the sorted children in one write
  * transaction: vanished entries go (with their subtrees), new ones get
- * fresh ids, changed files keep their id with the new attributes. */
-static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, cis_errmsg *em)
+ * fresh ids (new directories noted in nd), changed files keep their id
+ * with the new attributes. */
+static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, struct new_dirs *nd,
+                         cis_errmsg *em)
 {
 	MDB_txn *txn;
 	struct kids k = {0};
@@ -263,7 +287,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, cis_
 		int c = i == l->n ? 1 : j == k.n ? -1 : strcmp(l->e[i].name, k.names[j]);
 		if (c < 0) {
 			if (key_fits(dir, &l->e[i]))
-				err = add_entry(m, txn, dir, &l->e[i], ch);
+				err = add_entry(m, txn, dir, &l->e[i], ch, nd);
 			i++;
 			continue;
 		}
@@ -283,7 +307,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, cis_
 		} else if ((ch->type == MST_DIR) != e->st.is_dir) {
 			err = mst_inode_del_tree(m, txn, ch->id);
 			if (!err)
-				err = add_entry(m, txn, dir, e, ch);
+				err = add_entry(m, txn, dir, e, ch, nd);
 		} else if (!e->st.is_dir &&
 		           (strcmp(ch->version, e->st.version) != 0 || ch->size != e->st.size ||
 		            ch->mtime_ns != e->st.mtime_ns)) {
@@ -303,13 +327,16 @@ static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, cis_
 	}
 	if (err) {
 		mdb_txn_abort(txn);
+		nd->n = 0;
 		cis_fail(em, err, "storing the listing of inode %llu: %s",
 		         (unsigned long long)dir_id, cis_strerror(err));
 		goto out_free;
 	}
 	err = mst_txn_commit(txn);
-	if (err)
+	if (err) {
+		nd->n = 0;
 		cis_fail(em, err, "lmdb commit: %s", cis_strerror(err));
+	}
 out_free:
 	kids_free(&k);
 	free(dir);
@@ -317,7 +344,7 @@ out_free:
 	return err;
 }
 
-static int list_dir(mst_master *m, uint64_t dir_id, bool force, cis_errmsg *em)
+static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs *nd, cis_errmsg *em)
 {
 	mst_inode *dir = malloc(sizeof(*dir));
 	struct listing l = {0};
@@ -337,14 +364,15 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, cis_errmsg *em)
 		err = 0;
 	}
 	if (!err)
-		err = apply_listing(m, dir_id, &l, em);
+		err = apply_listing(m, dir_id, &l, nd, em);
 out:
 	listing_free(&l);
 	free(dir);
 	return err;
 }
 
-int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em)
+/* depth: levels below a listing a client asked for (0: asked for). */
+static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int depth, cis_errmsg *em)
 {
 	if (dir->type != MST_DIR || dir->mount_id == 0)
 		return 0;
@@ -388,7 +416,11 @@ int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_er
 	m->flights = f;
 	pthread_mutex_unlock(&m->flight_lock);
 
-	int rc = list_dir(m, dir->id, force, &f->em);
+	struct new_dirs nd = {0};
+	int rc = list_dir(m, dir->id, force, &nd, &f->em);
+
+	if (rc == 0 && depth > 0)
+		cis_counter_inc(m->c_lists_ahead);
 
 	pthread_mutex_lock(&m->flight_lock);
 	for (mst_flight **pp = &m->flights; *pp; pp = &(*pp)->next)
@@ -404,7 +436,20 @@ int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_er
 	if (--f->refs == 0)
 		free(f);
 	pthread_mutex_unlock(&m->flight_lock);
+	if (rc == 0)
+		mst_listahead_queue(m->listahead, nd.ids, nd.n, depth + 1);
+	free(nd.ids);
 	return rc;
+}
+
+int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em)
+{
+	return ensure_listed(m, dir, force, 0, em);
+}
+
+int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em)
+{
+	return ensure_listed(m, dir, false, depth, em);
 }
 
 int mst_ns_lookup(mst_master *m, uint64_t parent, const char *name, mst_inode *out, cis_errmsg *em)

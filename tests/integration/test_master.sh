@@ -2,8 +2,8 @@
 # cistern-master end to end, through the cistern CLI and the raw API/RPC
 # ports: file:// and S3 (s3rver behind a SigV4-verifying front) mounts,
 # nesting, lazy listing, sync after changes in the store, concurrent
-# listings (one store listing), bad input, credentials never shown, and
-# kill -9 persistence.
+# listings (one store listing), bad input, credentials never shown,
+# kill -9 persistence, and listing new subdirectories ahead of a walk.
 source "$CIS_SRC/tests/integration/lib/common.sh"
 
 MASTER=$CIS_BUILD/master/cistern-master
@@ -18,9 +18,11 @@ OUTS=$CIS_TMP/outputs.txt
 export CISTERN_API=127.0.0.1:$HTTP
 SECRET=""
 
+# Listing ahead is off until its own section: the sections before count
+# the store listings a client's request causes.
 start_master() {
 	"$MASTER" --data-dir "$DATA" --bind 127.0.0.1 --rpc-port "$RPC" --http-port "$HTTP" \
-		>>"$LOGF" 2>&1 &
+		--list-ahead "${LIST_AHEAD:-0}" >>"$LOGF" 2>&1 &
 	MPID=$!
 	cis_on_exit "kill -9 $MPID"
 	wait_for 20 curl -fsS "http://127.0.0.1:$HTTP/healthz"
@@ -190,6 +192,41 @@ cli unmount /nested >/dev/null
 out=$(cli mounts)
 assert_not_contains "$out" "/nested"
 out=$(cli unmount /nested) && fail "unmounting twice succeeded"
+
+# ---- listing ahead: a walk finds new subdirectories already listed ----
+kill "$MPID"
+wait "$MPID" 2>/dev/null || true
+LIST_AHEAD=4 start_master
+for d in a b c; do
+	for e in x y; do
+		mkdir -p "$ROOT/walk/$d/$e/deeper"
+		echo "$d$e" >"$ROOT/walk/$d/$e/f.txt"
+	done
+done
+before=$(metric cistern_master_store_lists_total)
+ahead0=$(metric cistern_master_lists_ahead_total)
+ahead() { echo $(($(metric cistern_master_lists_ahead_total) - ahead0)); }
+# Syncing / finds walk/ new: it (one level below the listing asked for)
+# and its 3 subdirectories (two levels) are listed ahead; theirs, three
+# levels below, are left for whoever asks.
+cli sync / >/dev/null
+wait_for 20 test "$(ahead)" -ge 4
+sleep 0.5
+assert_eq "$(ahead)" 4 "listed ahead: two levels"
+lists=$(metric cistern_master_store_lists_total)
+assert_eq "$((lists - before))" 5 "/ and the 4 listed ahead"
+assert_contains "$(cli ls /walk)" "a/"
+assert_contains "$(cli ls /walk/c)" "y/"
+assert_eq "$(metric cistern_master_store_lists_total)" "$lists" "a walk finds them listed"
+# The walk goes on into the 6 directories below: listed when asked, each
+# finds deeper/ new and lists it ahead (or the walk gets there first):
+# either way every directory is listed once.
+out=$(cli ls -R /walk)
+assert_contains "$out" "f.txt"
+wait_for 20 test "$(($(metric cistern_master_store_lists_total) - lists))" -ge 12
+sleep 0.5
+assert_eq "$(($(metric cistern_master_store_lists_total) - lists))" 12 "6 asked for, 6 deeper/"
+assert_contains "$(cli stat /walk/b/y/f.txt)" "key:      walk/b/y/f.txt"
 
 # ---- credentials never shown ----
 if [ -n "$SECRET" ]; then
