@@ -9,6 +9,12 @@
  * DA_MAX_WINDOW files, for the caller to prefetch. An open out of order
  * (a shuffled reader) resets it, so random access triggers nothing.
  *
+ * A loader walking a whole tree goes from one directory to the next in its
+ * parent's listing order; a window that runs past the end of a directory
+ * goes on into the next subdirectories of the parent (as far as their
+ * listings are held), which then start with the window already open. With
+ * many small directories the window would otherwise shut at every end.
+ *
  * Files are found by inode in a direct-mapped table: a collision
  * overwrites, which at worst misses a prefetch, and keeps the memory fixed. */
 #include "fcl.h"
@@ -23,7 +29,9 @@
 #define DA_FIRST_WINDOW 8
 /* Opens this far from where the last one ended still count as in order:
  * readers taking files in turn reach the daemon slightly reordered. */
-#define DA_SLACK 16
+#define DA_SLACK    16
+#define DA_SIB_BITS 16 /* next-sibling table: directory inode -> the next */
+#define DA_MAX_HOPS 8  /* directories one window may run into */
 
 typedef struct da_dir {
 	uint64_t dino; /* 0: slot free */
@@ -37,6 +45,10 @@ typedef struct da_dir {
 	size_t issued_to; /* files before this index were named already */
 } da_dir;
 
+typedef struct da_sib {
+	uint64_t dino, next;
+} da_sib;
+
 typedef struct da_slot {
 	uint64_t ino;
 	uint32_t dir; /* index in dirs */
@@ -49,12 +61,18 @@ struct fcl_dirahead {
 	da_dir *dirs; /* DA_DIRS */
 	size_t total; /* files held in all */
 	da_slot *map; /* 1 << DA_MAP_BITS */
+	da_sib *sib;  /* 1 << DA_SIB_BITS, direct-mapped like map */
 	uint64_t clock;
 };
 
+static size_t hash_index(uint64_t ino, int bits)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
 static size_t map_index(uint64_t ino)
 {
-	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> (64 - DA_MAP_BITS));
+	return hash_index(ino, DA_MAP_BITS);
 }
 
 int fcl_da_new(fcl_dirahead **out)
@@ -64,9 +82,11 @@ int fcl_da_new(fcl_dirahead **out)
 		return -ENOMEM;
 	da->map = calloc((size_t)1 << DA_MAP_BITS, sizeof(*da->map));
 	da->dirs = calloc(DA_DIRS, sizeof(*da->dirs));
-	if (!da->map || !da->dirs) {
+	da->sib = calloc((size_t)1 << DA_SIB_BITS, sizeof(*da->sib));
+	if (!da->map || !da->dirs || !da->sib) {
 		free(da->map);
 		free(da->dirs);
+		free(da->sib);
 		free(da);
 		return -ENOMEM;
 	}
@@ -83,6 +103,7 @@ void fcl_da_free(fcl_dirahead *da)
 		free(da->dirs[i].files);
 	free(da->dirs);
 	free(da->map);
+	free(da->sib);
 	pthread_mutex_destroy(&da->lock);
 	free(da);
 }
@@ -105,14 +126,16 @@ static da_dir *dir_oldest(fcl_dirahead *da)
 	return old;
 }
 
-void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n)
+void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n,
+                   const uint64_t *subdirs, size_t nsub)
 {
 	if (n > DA_MAX_TOTAL / 4)
 		n = DA_MAX_TOTAL / 4; /* the rest of a huge directory is not tracked */
 	fcl_da_file *copy = malloc((n ? n : 1) * sizeof(*copy));
 	if (!copy)
 		return; /* no prefetch for this directory: nothing else is lost */
-	memcpy(copy, files, n * sizeof(*copy));
+	if (n)
+		memcpy(copy, files, n * sizeof(*copy));
 	pthread_mutex_lock(&da->lock);
 	da_dir *d = NULL;
 	for (int i = 0; i < DA_DIRS && !d; i++)
@@ -134,7 +157,35 @@ void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, si
 	uint32_t slot = (uint32_t)(d - da->dirs);
 	for (size_t i = 0; i < n; i++)
 		da->map[map_index(copy[i].ino)] = (da_slot){copy[i].ino, slot, d->gen, (uint32_t)i};
+	for (size_t i = 0; i + 1 < nsub; i++)
+		da->sib[hash_index(subdirs[i], DA_SIB_BITS)] = (da_sib){subdirs[i], subdirs[i + 1]};
 	pthread_mutex_unlock(&da->lock);
+}
+
+/* The held listing of the directory after d in its parent's listing;
+ * NULL if unknown or not held. Under lock. */
+static da_dir *next_sibling(fcl_dirahead *da, const da_dir *d)
+{
+	da_sib s = da->sib[hash_index(d->dino, DA_SIB_BITS)];
+
+	if (s.dino != d->dino || !s.next)
+		return NULL;
+	for (int i = 0; i < DA_DIRS; i++)
+		if (da->dirs[i].dino == s.next)
+			return &da->dirs[i];
+	return NULL;
+}
+
+/* Name files of d from issued_to on, up to index to, at most max - *k of
+ * them, into next. Under lock. */
+static void name_files(da_dir *d, size_t from, size_t to, uint64_t max_size, uint64_t *next,
+                       size_t *k, size_t max)
+{
+	for (size_t j = from; j < to && *k < max; j++)
+		if (d->files[j].size > 0 && d->files[j].size <= max_size)
+			next[(*k)++] = d->files[j].ino;
+	if (to > d->issued_to)
+		d->issued_to = to;
 }
 
 size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t *next, size_t max)
@@ -164,11 +215,27 @@ size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t
 		d->window = DA_MAX_WINDOW;
 	size_t from = d->issued_to > i + 1 ? d->issued_to : i + 1;
 	size_t to = i + 1 + d->window < d->n ? i + 1 + d->window : d->n;
-	for (size_t j = from; j < to && k < max; j++)
-		if (d->files[j].size > 0 && d->files[j].size <= max_size)
-			next[k++] = d->files[j].ino;
-	if (to > d->issued_to)
-		d->issued_to = to;
+	size_t left = i + 1 + d->window - to; /* past the end of d */
+
+	name_files(d, from, to, max_size, next, &k, max);
+	/* On into the next directories, which start with the window open:
+	 * their first opens in order go on from what was named here. */
+	da_dir *cur = d;
+	for (int hop = 0; hop < DA_MAX_HOPS && left && k < max; hop++) {
+		da_dir *nd = next_sibling(da, cur);
+
+		if (!nd || nd == d)
+			break;
+		if (nd->seq < 2) {
+			nd->seq = 2;
+			nd->window = d->window;
+			nd->next = 0;
+		}
+		size_t nto = left < nd->n ? left : nd->n;
+		name_files(nd, nd->issued_to, nto, max_size, next, &k, max);
+		left -= nto;
+		cur = nd;
+	}
 out:
 	pthread_mutex_unlock(&da->lock);
 	return k;

@@ -194,11 +194,15 @@ typedef struct fcl_da_file {
 
 int fcl_da_new(fcl_dirahead **out);
 void fcl_da_free(fcl_dirahead *da);
-/* The files of directory dino in listing order, as just served. */
-void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n);
+/* The files of directory dino in listing order, as just served, and its
+ * subdirectories' inodes in listing order (a window that runs past the end
+ * of one goes on into the next). */
+void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n,
+                   const uint64_t *subdirs, size_t nsub);
 /* File ino was opened. When its directory's files are being opened in
- * order, fills next (at most max) with the inodes of the files after it,
- * of 1..max_size bytes, not named before; returns how many. */
+ * order, fills next (at most max) with the inodes of the files after it
+ * (and then of the next directories), of 1..max_size bytes, not named
+ * before; returns how many. */
 size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t *next, size_t max);
 
 #endif

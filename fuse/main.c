@@ -226,18 +226,24 @@ static void dir_clear(fcl_dir *d)
 	d->loaded = false;
 }
 
-/* Hand a directory's files, in order, to the directory readahead. */
+/* Hand a directory's files and subdirectories, in order, to the directory
+ * readahead. */
 static void note_listing(fcl *c, uint64_t dino, const fcl_dir *d)
 {
 	fcl_da_file *files = malloc((d->n ? d->n : 1) * sizeof(*files));
-	if (!files)
-		return;
-	size_t n = 0;
-	for (size_t i = 0; i < d->n; i++)
-		if (!d->ents[i].a.is_dir)
-			files[n++] = (fcl_da_file){d->ents[i].a.ino, d->ents[i].a.size};
-	fcl_da_listed(c->da, dino, files, n);
+	uint64_t *subdirs = malloc((d->n ? d->n : 1) * sizeof(*subdirs));
+	size_t n = 0, nsub = 0;
+
+	if (files && subdirs) {
+		for (size_t i = 0; i < d->n; i++)
+			if (d->ents[i].a.is_dir)
+				subdirs[nsub++] = d->ents[i].a.ino;
+			else
+				files[n++] = (fcl_da_file){d->ents[i].a.ino, d->ents[i].a.size};
+		fcl_da_listed(c->da, dino, files, n, subdirs, nsub);
+	}
 	free(files);
+	free(subdirs);
 }
 
 /* The whole listing, in pages of DIR_PAGE; a listing that went stale under

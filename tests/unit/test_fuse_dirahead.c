@@ -1,6 +1,7 @@
 /* The directory readahead detector (fuse/dirahead.c): files opened in
- * listing order name the next ones, shuffled opens name (almost) none, and
- * the memory stays bounded however many directories are listed. */
+ * listing order name the next ones (on into the next directories of the
+ * parent), shuffled opens name (almost) none, and the memory stays bounded
+ * however many directories are listed. */
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
@@ -17,7 +18,7 @@ static void list_dir(uint64_t dino, uint64_t first_ino, size_t n, uint64_t size)
 	cr_assert_not_null(f);
 	for (size_t i = 0; i < n; i++)
 		f[i] = (fcl_da_file){first_ino + i, size};
-	fcl_da_listed(da, dino, f, n);
+	fcl_da_listed(da, dino, f, n, NULL, 0);
 	free(f);
 }
 
@@ -89,7 +90,7 @@ Test(dirahead, shuffled_opens_name_few)
 Test(dirahead, skips_empty_and_large_files_and_unknown_inodes)
 {
 	fcl_da_file f[] = {{1, 10}, {2, 10}, {3, 0}, {4, 1 << 20}, {5, 10}};
-	fcl_da_listed(da, 9, f, 5);
+	fcl_da_listed(da, 9, f, 5, NULL, 0);
 	uint64_t next[DA_MAX_WINDOW];
 	cr_assert_eq(fcl_da_opened(da, 1, 4096, next, DA_MAX_WINDOW), 0);
 	size_t k = fcl_da_opened(da, 2, 4096, next, DA_MAX_WINDOW);
@@ -118,4 +119,53 @@ Test(dirahead, bounded_and_still_working_after_many_listings)
 	cr_assert_eq(fcl_da_opened(da, 77000001, 4096, next, DA_MAX_WINDOW), 0);
 	fcl_da_opened(da, 78000000, 4096, next, DA_MAX_WINDOW);
 	cr_assert_gt(fcl_da_opened(da, 78000001, 4096, next, DA_MAX_WINDOW), 0);
+}
+
+/* Open the files of dirs 10, 11, 12 (ten each, inodes 100.., 110.., 120..)
+ * in order; count the files named and check none twice, none already
+ * opened. before_open: files of dir 11 named before its first open. */
+static size_t walk_three_dirs(size_t *before_open)
+{
+	bool named[30] = {false};
+	size_t total = 0;
+
+	*before_open = 0;
+	for (size_t i = 0; i < 30; i++) {
+		uint64_t next[DA_MAX_WINDOW];
+		size_t k = fcl_da_opened(da, 100 + i, 4096, next, DA_MAX_WINDOW);
+
+		for (size_t j = 0; j < k; j++) {
+			size_t idx = (size_t)(next[j] - 100);
+			cr_assert(idx > i && idx < 30, "named file %zu at open %zu", idx, i);
+			cr_assert(!named[idx], "file %zu named twice", idx);
+			named[idx] = true;
+			total++;
+			if (idx >= 10 && idx < 20 && i < 10)
+				(*before_open)++;
+		}
+	}
+	return total;
+}
+
+Test(dirahead, window_runs_on_into_the_next_directories)
+{
+	uint64_t subdirs[] = {10, 11, 12};
+	size_t early;
+
+	fcl_da_listed(da, 1, NULL, 0, subdirs, 3);
+	for (uint64_t d = 0; d < 3; d++)
+		list_dir(10 + d, 100 + 10 * d, 10, 100);
+	/* Only the first two opens of the whole walk start the detector. */
+	cr_assert_eq(walk_three_dirs(&early), 28);
+	cr_assert_eq(early, 10, "dir 11 named in full before its first open");
+}
+
+Test(dirahead, without_the_parent_listing_each_directory_starts_over)
+{
+	size_t early;
+
+	for (uint64_t d = 0; d < 3; d++)
+		list_dir(10 + d, 100 + 10 * d, 10, 100);
+	cr_assert_eq(walk_three_dirs(&early), 24);
+	cr_assert_eq(early, 0);
 }
