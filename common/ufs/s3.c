@@ -45,8 +45,6 @@
 #define CREDS_FILE_MAX (1u << 20)
 #define LIST_MAX_KEYS  1000
 
-#define RECV_BUFFER  (512L << 10) /* libcurl's largest */
-#define RECV_CHUNK   (256 << 10)
 #define MAX_CONNECTS 256L /* connections kept open to the store */
 
 struct s3 {
@@ -112,11 +110,6 @@ struct req {
 	char cr_text[64];
 	bool bad_range;
 	bool overrun;
-
-	/* libcurl hands the body over 16 KiB at a time: a long read gathers
-	 * it here and gives the sink RECV_CHUNK bytes a call. */
-	char *chunk;
-	size_t chunk_len, chunk_cap;
 
 	/* Over all attempts. */
 	uint64_t delivered;
@@ -353,50 +346,6 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 	return len;
 }
 
-/* Give the sink what the chunk holds: 0, or the sink's error (kept in
- * sink_rc). */
-static int flush_chunk(struct req *r)
-{
-	int rc;
-
-	if (!r->chunk_len)
-		return 0;
-	rc = r->sink(r->sink_arg, r->chunk, r->chunk_len);
-	if (rc) {
-		r->sink_rc = rc < 0 ? rc : -EIO;
-		return r->sink_rc;
-	}
-	r->delivered += r->chunk_len;
-	r->chunk_len = 0;
-	return 0;
-}
-
-static int deliver(struct req *r, const char *d, size_t dl)
-{
-	int rc;
-
-	if (!r->chunk_cap) {
-		rc = r->sink(r->sink_arg, d, dl);
-		if (rc) {
-			r->sink_rc = rc < 0 ? rc : -EIO;
-			return r->sink_rc;
-		}
-		r->delivered += dl;
-		return 0;
-	}
-	while (dl) {
-		size_t take = r->chunk_cap - r->chunk_len < dl ? r->chunk_cap - r->chunk_len : dl;
-
-		memcpy(r->chunk + r->chunk_len, d, take);
-		r->chunk_len += take;
-		d += take;
-		dl -= take;
-		if (r->chunk_len == r->chunk_cap && (rc = flush_chunk(r)) != 0)
-			return rc;
-	}
-	return 0;
-}
-
 static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 {
 	struct req *r = arg;
@@ -440,8 +389,14 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 			}
 		}
 		r->stream_pos += len;
-		if (dl && deliver(r, d, dl))
-			return 0;
+		if (dl) {
+			int rc = r->sink(r->sink_arg, d, dl);
+			if (rc) {
+				r->sink_rc = rc < 0 ? rc : -EIO;
+				return 0;
+			}
+			r->delivered += dl;
+		}
 		if (r->overrun)
 			return 0; /* the reply is bad: stop it */
 		if (r->ranged && r->status == 200 && r->stream_pos >= r->win_off + r->win_len) {
@@ -584,9 +539,6 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_MAXCONNECTS, MAX_CONNECTS);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-	/* Receive in large reads: the default 16 KiB costs a recv and a
-	 * block write per 16 KiB of a multi-megabyte range. */
-	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUFFER);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, s->connect_timeout_s);
@@ -620,7 +572,6 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 		curl_easy_setopt(c, CURLOPT_SEEKDATA, r);
 	}
 	*cc = curl_easy_perform(c);
-	flush_chunk(r); /* the bytes that came are good, however it ended */
 	pool_put(s, c);
 	rc = 0;
 out:
@@ -774,7 +725,6 @@ static void req_free(struct req *r)
 	cis_kvlist_free(&r->query);
 	cis_kvlist_free(&r->hdrs);
 	cis_buf_free(&r->resp);
-	free(r->chunk);
 }
 
 /* ---- credentials and options ---- */
@@ -1367,10 +1317,6 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		goto out;
 	}
 	r.expect_etag = version && version[0] ? version : NULL;
-	if (r.win_len > RECV_CHUNK) {
-		r.chunk = malloc(RECV_CHUNK);
-		r.chunk_cap = r.chunk ? RECV_CHUNK : 0; /* without: the sink gets 16 KiB a call */
-	}
 	rc = s3_do(s, &r, em);
 	if (rc == -CIS_E_STORE && r.status == 416) {
 		/* Starting at or past the end: no bytes, not an error. */
