@@ -30,7 +30,7 @@
 /* Opens this far from where the last one ended still count as in order:
  * readers taking files in turn reach the daemon slightly reordered. */
 #define DA_SLACK    16
-#define DA_SIB_BITS 16 /* next-sibling table: directory inode -> the next */
+#define DA_SIB_BITS 16 /* directory table: inode -> next sibling, own slot */
 #define DA_MAX_HOPS 8  /* directories one window may run into */
 
 typedef struct da_dir {
@@ -45,8 +45,13 @@ typedef struct da_dir {
 	size_t issued_to; /* files before this index were named already */
 } da_dir;
 
+/* What is known of a directory inode: the directory after it in its
+ * parent's listing (0: none known) and the slot holding its own listing
+ * (valid while that slot's gen is unchanged). */
 typedef struct da_sib {
 	uint64_t dino, next;
+	uint32_t slot, gen;
+	bool held;
 } da_sib;
 
 typedef struct da_slot {
@@ -126,6 +131,17 @@ static da_dir *dir_oldest(fcl_dirahead *da)
 	return old;
 }
 
+/* dino's entry in the directory table, taken over (emptied) if it held
+ * another directory. Under lock. */
+static da_sib *sib_of(fcl_dirahead *da, uint64_t dino)
+{
+	da_sib *e = &da->sib[hash_index(dino, DA_SIB_BITS)];
+
+	if (e->dino != dino)
+		*e = (da_sib){.dino = dino};
+	return e;
+}
+
 void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, size_t n,
                    const uint64_t *subdirs, size_t nsub)
 {
@@ -157,8 +173,11 @@ void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, si
 	uint32_t slot = (uint32_t)(d - da->dirs);
 	for (size_t i = 0; i < n; i++)
 		da->map[map_index(copy[i].ino)] = (da_slot){copy[i].ino, slot, d->gen, (uint32_t)i};
+	sib_of(da, dino)->held = true;
+	sib_of(da, dino)->slot = slot;
+	sib_of(da, dino)->gen = d->gen;
 	for (size_t i = 0; i + 1 < nsub; i++)
-		da->sib[hash_index(subdirs[i], DA_SIB_BITS)] = (da_sib){subdirs[i], subdirs[i + 1]};
+		sib_of(da, subdirs[i])->next = subdirs[i + 1];
 	pthread_mutex_unlock(&da->lock);
 }
 
@@ -170,10 +189,13 @@ static da_dir *next_sibling(fcl_dirahead *da, const da_dir *d)
 
 	if (s.dino != d->dino || !s.next)
 		return NULL;
-	for (int i = 0; i < DA_DIRS; i++)
-		if (da->dirs[i].dino == s.next)
-			return &da->dirs[i];
-	return NULL;
+	uint64_t next = s.next;
+
+	s = da->sib[hash_index(next, DA_SIB_BITS)];
+	if (s.dino != next || !s.held || da->dirs[s.slot].gen != s.gen ||
+	    da->dirs[s.slot].dino != next)
+		return NULL; /* not listed here, or its slot took another listing */
+	return &da->dirs[s.slot];
 }
 
 /* Name files of d from issued_to on, up to index to, at most max - *k of
