@@ -48,6 +48,7 @@ TITLE = {
     "worker": "7. Worker: remote read of cached blocks, cold fetch",
     "fuse-warm": "8. FUSE: warm and hot sequential reads, warm stat",
     "preload": "9. Preload: cistern load into 3 workers",
+    "gpu-train": "10. GPU training through the mount (PyTorch, bench/gpu-train.sh)",
 }
 
 
