@@ -14,6 +14,7 @@
 #define FCL_MAX_TRIES     8  /* workers tried per block before the store */
 #define FCL_DOWN_MAX      32 /* workers remembered as failing */
 #define FCL_DOWN_MS       10000
+#define FCL_SPACE_MS      1000 /* statfs asks the master at most this often */
 
 enum fcl_mop { FCL_MOP_LOOKUP, FCL_MOP_GETATTR, FCL_MOP_READDIR, FCL_MOP_OPEN, FCL_MOP_N };
 
@@ -105,6 +106,10 @@ typedef struct fcl {
 		uint64_t id;
 		uint64_t until_ms;
 	} down[FCL_DOWN_MAX];
+	/* The workers' cache capacity and use as statfs last saw them. */
+	struct {
+		uint64_t asked_ms, capacity, used;
+	} space;
 
 	pthread_mutex_t bg_lock;
 	pthread_cond_t bg_cond;
@@ -140,6 +145,10 @@ int fcl_workers_init(fcl *c);
 void fcl_workers_fini(fcl *c);
 /* Fetch the worker list if it moved. 0 or a negative code. */
 int fcl_workers_refresh(fcl *c, cis_errmsg *em);
+/* The cache capacity and use of all live workers (bytes), asked of the
+ * master at most once every FCL_SPACE_MS; while the master does not answer,
+ * the figures it gave last. */
+void fcl_cluster_space(fcl *c, uint64_t *capacity, uint64_t *used);
 /* The current snapshot with a reference (never NULL); drop with _put. */
 fcl_wlist *fcl_workers_get(fcl *c);
 void fcl_workers_put(fcl *c, fcl_wlist *wl);

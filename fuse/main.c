@@ -184,13 +184,20 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_attr(req, &st, c->opts->attr_timeout);
 }
 
+/* Size and free space: the cluster's cache (df shows how much of the
+ * dataset fits; the store behind it has no size to give). */
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	(void)ino;
+	uint64_t capacity, used;
+	fcl_cluster_space(req_fcl(req), &capacity, &used);
 	struct statvfs sv;
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = MAX_IO;
 	sv.f_frsize = 4096;
+	sv.f_blocks = capacity / sv.f_frsize;
+	sv.f_bfree = used < capacity ? (capacity - used) / sv.f_frsize : 0;
+	sv.f_bavail = sv.f_bfree;
 	sv.f_namemax = 255;
 	sv.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &sv);

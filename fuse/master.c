@@ -12,6 +12,7 @@
 #include "cistern/frame.h"
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
+#include "cistern/time.h"
 
 #define MASTER_TIMEOUT_MS 30000
 
@@ -321,6 +322,46 @@ void fcl_workers_fini(fcl *c)
 {
 	fcl_workers_put(c, c->workers);
 	c->workers = NULL;
+}
+
+void fcl_cluster_space(fcl *c, uint64_t *capacity, uint64_t *used)
+{
+	uint64_t now = cis_mono_ms();
+	pthread_mutex_lock(&c->lock);
+	bool ask = !c->space.asked_ms || now - c->space.asked_ms >= FCL_SPACE_MS;
+	if (ask)
+		c->space.asked_ms = now; /* one asker at a time; a failure waits too */
+	*capacity = c->space.capacity;
+	*used = c->space.used;
+	pthread_mutex_unlock(&c->lock);
+	if (!ask)
+		return;
+	/* Known version 0: the whole list, with the figures of the workers'
+	 * last heartbeats (the list's version moves only with membership). */
+	Cis__WorkerListRequest req = CIS__WORKER_LIST_REQUEST__INIT;
+	Cis__WorkerListReply *rep = NULL;
+	cis_errmsg em = {{0}};
+	int rc = call(c->master, CIS_MSG_MASTER_WORKER_LIST, &req.base,
+	              &cis__worker_list_reply__descriptor, (ProtobufCMessage **)&rep,
+	              FCL_SPACE_MS * 2, &em);
+	if (rc) {
+		cis_log_limited(CIS_LOG_WARN, "statfs", 60,
+		                "statfs: the master did not answer; last known sizes", "err=\"%s\"",
+		                cis_errmsg_or(&em, rc));
+		return;
+	}
+	uint64_t cap = 0, use = 0;
+	for (size_t i = 0; i < rep->n_workers; i++) {
+		cap += rep->workers[i]->capacity;
+		use += rep->workers[i]->used;
+	}
+	cis__worker_list_reply__free_unpacked(rep, NULL);
+	pthread_mutex_lock(&c->lock);
+	c->space.capacity = cap;
+	c->space.used = use;
+	pthread_mutex_unlock(&c->lock);
+	*capacity = cap;
+	*used = use;
 }
 
 fcl_wlist *fcl_workers_get(fcl *c)

@@ -8,7 +8,8 @@
 #  - ls -l of a 10,000-entry directory costs a few paged ReadDir requests,
 #    not a request per entry; the kernel's forget empties the inode table;
 #    missing names are cached (negative entries);
-#  - writes of every kind get EROFS and a log line;
+#  - writes of every kind get EROFS and a log line; statfs gives the size
+#    of the workers' cache;
 #  - a small file costs one worker request; leases are released in batches;
 #    small files opened in listing order get the next ones prefetched;
 #  - start-up errors (missing, already mounted, unreachable master) are one
@@ -144,6 +145,13 @@ assert_contains "$err" "Read-only file system" "setattr"
 [ "$(metric cistern_fuse_erofs_total)" -ge 4 ] || fail "EROFS not counted"
 grep -q 'write refused: the mount is read-only' "$FLOG" || fail "no EROFS log line"
 [ "$(checksums "$MNT/tree")" = "$want_sums" ] || fail "data changed after the refused writes"
+
+# --- statfs: the workers' cache --------------------------------------------------
+log "statfs reports the workers' cache"
+read -r blocks frsize free < <(stat -f -c '%b %S %f' "$MNT")
+assert_eq "$((blocks * frsize))" $((2 << 30)) "statfs size (worker a's 2G cache)"
+[ "$free" -le "$blocks" ] || fail "statfs: $free free blocks of $blocks"
+df "$MNT" | grep -q "$MNT" || fail "df does not list the mount"
 
 # --- start-up errors ------------------------------------------------------------
 log "start-up errors"
