@@ -9,7 +9,7 @@ mount or local disk), reporting GPU utilization and throughput per run.
 
 raw: one file per sample, 3x224x224 uint8 (147 KiB), so the loader does
 almost no work beyond reading: the run shows whether the storage keeps the
-GPU busy. jpeg: 500x375 JPEG files (about 110 KiB) decoded and randomly
+GPU busy. jpeg: 500x375 JPEG files (about 60 KiB) decoded and randomly
 cropped in the loader's workers, as an ImageNet job does: CPU-bound, so it
 shows what the FUSE client's CPU costs the decoders.
 
@@ -48,7 +48,7 @@ def gen_one(args):
         import numpy as np
         from PIL import Image
 
-        # Smooth noise: compresses like a photograph (about 110 KiB), not
+        # Smooth noise: compresses like a photograph (about 60 KiB), not
         # like white noise (several times bigger) or a flat colour (tiny).
         base = np.random.default_rng(i).integers(0, 256, (47, 63, 3), dtype=np.uint8)
         img = Image.fromarray(base).resize((500, 375), Image.BICUBIC)
