@@ -150,6 +150,10 @@ int main(int argc, char **argv)
 	    .name = "master",
 	    .handler = mst_rpc_handler,
 	    .ctx = m,
+	    .bad_frames = cis_metrics_counter(metrics, "cistern_master_rpc_bad_frames_total", NULL,
+	                                      "RPC connections dropped for a malformed frame"),
+	    .refused_conns = cis_metrics_counter(metrics, "cistern_master_rpc_refused_total", NULL,
+	                                         "RPC connections refused over the limit"),
 	};
 	rc = cis_rpc_server_start(&ro, &rpc, &em);
 	if (rc)

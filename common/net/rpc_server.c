@@ -46,6 +46,7 @@
 #include <event2/listener.h>
 
 #include "cistern/log.h"
+#include "cistern/metrics.h"
 #include "cistern/msgtype.h"
 #include "cistern/proto/common.pb-c.h"
 #include "net_internal.h"
@@ -119,9 +120,15 @@ struct cis_rpc_server {
 	int nthreads;
 	unsigned next_thread;
 	_Atomic size_t nconns;
-	_Atomic uint64_t bad_frames;
-	_Atomic uint64_t refused_conns;
+	cis_counter *bad_frames;    /* may be NULL */
+	cis_counter *refused_conns; /* may be NULL */
 };
+
+static void count(cis_counter *c)
+{
+	if (c)
+		cis_counter_inc(c);
+}
 
 /* ---- connection references and accessors ---- */
 
@@ -462,7 +469,7 @@ static void conn_close_after_flush(cis_rpc_conn *c)
 /* A protocol violation: count it, log it (rate limited), drop the peer. */
 static void conn_bad(cis_rpc_conn *c, const char *why)
 {
-	atomic_fetch_add(&c->t->srv->bad_frames, 1);
+	count(c->t->srv->bad_frames);
 	cis_log_limited(CIS_LOG_WARN, "rpc-bad-frame", 10, "rpc connection dropped",
 	                "server=%s peer=%s reason=\"%s\"", c->t->srv->name, c->peer, why);
 	conn_close_after_flush(c);
@@ -520,7 +527,7 @@ static bool handle_frame(cis_rpc_conn *c, struct evbuffer *in, const cis_frame_h
 		if (h->type == CIS_MSG_HELLO) {
 			handle_hello(c, h, msg);
 		} else {
-			atomic_fetch_add(&s->bad_frames, 1);
+			count(s->bad_frames);
 			cis_log_limited(CIS_LOG_WARN, "rpc-no-hello", 10,
 			                "rpc connection did not start with hello",
 			                "server=%s peer=%s type=%u", s->name, c->peer, h->type);
@@ -761,7 +768,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	(void)sl;
 	if (atomic_fetch_add(&s->nconns, 1) >= s->max_conns) {
 		atomic_fetch_sub(&s->nconns, 1);
-		atomic_fetch_add(&s->refused_conns, 1);
+		count(s->refused_conns);
 		cis_log_limited(CIS_LOG_WARN, "rpc-max-conns", 10,
 		                "rpc connection refused: too many connections", "server=%s max=%zu",
 		                s->name, s->max_conns);
@@ -920,6 +927,8 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 	s->unix_path = o->unix_path ? strdup(o->unix_path) : NULL;
 	s->max_conns = o->max_conns ? o->max_conns : DEFAULT_MAX_CONNS;
 	s->idle_timeout_ms = o->idle_timeout_ms;
+	s->bad_frames = o->bad_frames;
+	s->refused_conns = o->refused_conns;
 	s->nthreads = o->io_threads;
 	s->threads = calloc((size_t)s->nthreads, sizeof(*s->threads));
 	s->lbase = event_base_new();

@@ -179,6 +179,7 @@ for payload in (open(sys.argv[2], 'rb').read(), bytes.fromhex('c157010000640000'
 PY
 cli ls / >/dev/null || fail "master stopped serving after garbage"
 kill -0 "$MPID" || fail "master died"
+[ "$(metric cistern_master_rpc_bad_frames_total)" -ge 1 ] || fail "garbage frame not counted"
 
 # ---- kill -9 and restart: mounts and namespace intact ----
 kill -9 "$MPID"

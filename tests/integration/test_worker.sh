@@ -181,6 +181,10 @@ EOF
 wcl W1 f.bin read 3 0 100 | cmp - <(expect f.bin $((3 * MB)) 100) || fail "served after garbage"
 wcl W1 f.bin local 3 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "local after garbage"
 kill -0 "$W1_PID" || fail "worker died on garbage"
+# Random bytes and a header with impossible lengths are bad frames (two per
+# socket); the 18-byte HTTP request is shorter than a header, so its
+# connection just ends (the peer left mid-frame), uncounted.
+assert_eq "$(metric W1 cistern_worker_rpc_bad_frames_total)" 4 "garbage connections counted"
 
 log "forged block or file sizes are never served to readers of the real ones"
 # Block 1 of 2 MiB blocks is bytes [2M, 4M): the block size is in the id,

@@ -26,6 +26,7 @@
 
 #include "cistern/error.h"
 #include "cistern/frame.h"
+#include "cistern/metrics.h"
 
 struct evbuffer;
 
@@ -50,6 +51,10 @@ typedef struct cis_rpc_server_opts {
 	void *ctx;
 	size_t max_conns;    /* 0: 4096 */
 	int idle_timeout_ms; /* 0: none */
+	/* Connections dropped for a malformed frame (or no hello first), and
+	 * refused over max_conns; NULL: not counted. */
+	cis_counter *bad_frames;
+	cis_counter *refused_conns;
 } cis_rpc_server_opts;
 
 /* Bind the listeners (fails fast on EADDRINUSE with em saying which
