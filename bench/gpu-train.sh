@@ -54,6 +54,9 @@ gen() { # DIR SAMPLES FORMAT
 gen "$work/data/raw" "${GPU_RAW_SAMPLES:-64000}" raw
 gen "$work/data/jpeg" "${GPU_JPEG_SAMPLES:-24000}" jpeg
 
+# A fresh stack every run: the cold epoch must find an empty cache.
+"$cistern" local --stop "$mnt" --state-dir "$work/state" >/dev/null 2>&1
+rm -rf "$work/state" "$work/cache"
 "$cistern" local "file://$work/data" "$mnt" "${bindir[@]}" --state-dir "$work/state" \
 	--cache-dir "$work/cache:30G" >&2 || {
 	tail -n 30 "$work"/state/logs/*.log >&2
