@@ -47,9 +47,11 @@ df -h "$work" /dev/shm >&2
 	mount -o remount,size=16G /dev/shm || true
 "$cistern" --help >/dev/null 2>&1 || { "$cistern" --help; exit 1; }
 
-gen() { # DIR SAMPLES FORMAT
+gen() { # DIR SAMPLES FORMAT: made once, kept for later runs
 	[ -d "$1" ] && return 0
-	python3 "$here/gpu_train.py" gen "$1" --samples "$2" --format "$3" >&2 || exit 1
+	rm -rf "$1.part"
+	python3 "$here/gpu_train.py" gen "$1.part" --samples "$2" --format "$3" >&2 || exit 1
+	mv "$1.part" "$1"
 }
 gen "$work/data/raw" "${GPU_RAW_SAMPLES:-64000}" raw
 gen "$work/data/jpeg" "${GPU_JPEG_SAMPLES:-24000}" jpeg
