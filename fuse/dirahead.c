@@ -7,10 +7,7 @@
  * and, once a directory's files are opened in order, names the files after
  * the one just opened, in a window that doubles from DA_FIRST_WINDOW to
  * DA_MAX_WINDOW files, for the caller to prefetch. An open out of order
- * (a shuffled reader) resets it, so random access triggers nothing. In
- * small directories a shuffled reader's opens often fall within the slack
- * of each other, so an open counts only if one of the last few opens was in
- * the same directory (DA_RECENT).
+ * (a shuffled reader) resets it, so random access triggers nothing.
  *
  * A loader walking a whole tree goes from one directory to the next in its
  * parent's listing order; a window that runs past the end of a directory
@@ -35,13 +32,6 @@
 #define DA_SLACK    16
 #define DA_SIB_BITS 16 /* directory table: inode -> next sibling, own slot */
 #define DA_MAX_HOPS 8  /* directories one window may run into */
-/* An open counts as in order only if one of the last DA_RECENT opens was
- * in the same directory: a reader walking a tree stays in a directory for
- * a while (a few readers, a few directories at once); one shuffling a tree
- * of small directories opens each of them at random moments, its opens
- * there often within the slack of each other but almost never close in
- * time. */
-#define DA_RECENT 4
 
 typedef struct da_dir {
 	uint64_t dino; /* 0: slot free */
@@ -78,12 +68,6 @@ struct fcl_dirahead {
 	da_slot *map; /* 1 << DA_MAP_BITS */
 	da_sib *sib;  /* 1 << DA_SIB_BITS, direct-mapped like map */
 	uint64_t clock;
-	/* The directories of the last DA_RECENT opens (slot, gen), newest at
-	 * recent_at. */
-	struct {
-		uint32_t dir, gen;
-	} recent[DA_RECENT];
-	unsigned recent_at;
 };
 
 static size_t hash_index(uint64_t ino, int bits)
@@ -111,8 +95,6 @@ int fcl_da_new(fcl_dirahead **out)
 		free(da);
 		return -ENOMEM;
 	}
-	for (int r = 0; r < DA_RECENT; r++)
-		da->recent[r].dir = UINT32_MAX; /* no slot */
 	pthread_mutex_init(&da->lock, NULL);
 	*out = da;
 	return 0;
@@ -238,12 +220,6 @@ size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t
 	    s.idx >= d->n || d->files[s.idx].ino != ino)
 		goto out;
 	d->used = ++da->clock;
-	bool recent = false;
-	for (int r = 0; r < DA_RECENT; r++)
-		recent |= da->recent[r].dir == s.dir && da->recent[r].gen == d->gen;
-	da->recent_at = (da->recent_at + 1) % DA_RECENT;
-	da->recent[da->recent_at].dir = s.dir;
-	da->recent[da->recent_at].gen = d->gen;
 	size_t i = s.idx;
 	if (i + DA_SLACK < d->next || i > d->next + DA_SLACK) {
 		d->seq = 0;
@@ -254,14 +230,6 @@ size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t
 	}
 	if (i + 1 > d->next)
 		d->next = i + 1;
-	/* Not recent: a directory a window ran into keeps it (its first opens
-	 * come after the last file of the one before) but names nothing new;
-	 * any other starts counting again. */
-	if (!recent) {
-		if (!d->window)
-			d->seq = 0;
-		goto out;
-	}
 	if (++d->seq < 2)
 		goto out;
 	d->window = d->window ? d->window * 2 : DA_FIRST_WINDOW;
