@@ -741,28 +741,41 @@ static void trim(char *s)
 	memmove(s, b, strlen(b) + 1);
 }
 
-/* Keys of [profile] in an AWS shared credentials file. Missing file or
- * profile: 0 with nothing set. */
-static int read_creds_file(struct s3 *s, cis_errmsg *em)
+/* The AWS profile in use (AWS_PROFILE, else "default"). */
+static const char *aws_profile(void)
 {
-	const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-	const char *profile = getenv("AWS_PROFILE");
-	const char *home = getenv("HOME");
-	char path[4096], line[4096];
-	char *ak = NULL, *sk = NULL, *tok = NULL;
-	bool in = false;
-	FILE *f;
-	struct stat sb;
+	const char *p = getenv("AWS_PROFILE");
+	return p && p[0] ? p : "default";
+}
 
-	if (!profile || !profile[0])
-		profile = "default";
+/* The path of an AWS shared file: the variable env names, else
+ * ~/.aws/name. False when neither gives one. */
+static bool aws_file(const char *env, const char *name, char *path, size_t len)
+{
+	const char *file = getenv(env);
+	const char *home = getenv("HOME");
+
 	if (file && file[0])
-		snprintf(path, sizeof(path), "%s", file);
+		snprintf(path, len, "%s", file);
 	else if (home && home[0])
-		snprintf(path, sizeof(path), "%s/.aws/credentials", home);
+		snprintf(path, len, "%s/.aws/%s", home, name);
 	else
-		return 0;
-	f = fopen(path, "re");
+		return false;
+	return true;
+}
+
+/* Values of keys[0..n) in [section] of an AWS shared file (INI) into
+ * vals[] (malloc'd, the caller frees them with free_secret; NULL where
+ * absent). A missing file: 0 with nothing set. Lines are wiped after use:
+ * the credentials file holds secrets. */
+static int ini_read(const char *path, const char *section, const char *const keys[], char *vals[],
+                    size_t n, cis_errmsg *em)
+{
+	char line[4096];
+	bool in = false;
+	struct stat sb;
+	FILE *f = fopen(path, "re");
+
 	if (!f)
 		return 0;
 	if (fstat(fileno(f), &sb) || sb.st_size > CREDS_FILE_MAX) {
@@ -777,7 +790,7 @@ static int read_creds_file(struct s3 *s, cis_errmsg *em)
 			if (e)
 				*e = 0;
 			trim(line + 1);
-			in = !strcmp(line + 1, profile);
+			in = !strcmp(line + 1, section);
 			continue;
 		}
 		char *eq = strchr(line, '=');
@@ -786,29 +799,66 @@ static int read_creds_file(struct s3 *s, cis_errmsg *em)
 		*eq = 0;
 		trim(line);
 		trim(eq + 1);
-		char **dst = !strcmp(line, "aws_access_key_id")       ? &ak
-		             : !strcmp(line, "aws_secret_access_key") ? &sk
-		             : !strcmp(line, "aws_session_token")     ? &tok
-		                                                      : NULL;
-		if (dst) {
-			free_secret(*dst);
-			*dst = strdup(eq + 1);
+		for (size_t i = 0; i < n; i++) {
+			if (strcmp(line, keys[i]))
+				continue;
+			free_secret(vals[i]);
+			vals[i] = strdup(eq + 1);
 		}
 	}
 	OPENSSL_cleanse(line, sizeof(line));
 	fclose(f);
-	if (ak && ak[0] && sk && sk[0]) {
-		s->access_key = ak;
-		s->secret_key = sk;
-		s->session_token = tok && tok[0] ? tok : NULL;
+	return 0;
+}
+
+/* Keys of [profile] in the AWS shared credentials file. Missing file or
+ * profile: 0 with nothing set. */
+static int read_creds_file(struct s3 *s, cis_errmsg *em)
+{
+	static const char *const keys[] = {"aws_access_key_id", "aws_secret_access_key",
+	                                   "aws_session_token"};
+	char *v[3] = {NULL, NULL, NULL};
+	char path[4096];
+	int rc;
+
+	if (!aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials", path, sizeof(path)))
+		return 0;
+	rc = ini_read(path, aws_profile(), keys, v, 3, em);
+	if (rc == 0 && v[0] && v[0][0] && v[1] && v[1][0]) {
+		s->access_key = v[0];
+		s->secret_key = v[1];
+		s->session_token = v[2] && v[2][0] ? v[2] : NULL;
 		if (!s->session_token)
-			free_secret(tok);
+			free_secret(v[2]);
 		return 0;
 	}
-	free_secret(ak);
-	free_secret(sk);
-	free_secret(tok);
-	return 0;
+	for (int i = 0; i < 3; i++)
+		free_secret(v[i]);
+	return rc;
+}
+
+/* The region of the profile in the AWS config file, where its section is
+ * [default] or [profile NAME]; NULL when it gives none. */
+static char *config_region(cis_errmsg *em, int *rc)
+{
+	static const char *const keys[] = {"region"};
+	const char *profile = aws_profile();
+	char path[4096], section[300];
+	char *v = NULL;
+
+	*rc = 0;
+	if (!aws_file("AWS_CONFIG_FILE", "config", path, sizeof(path)))
+		return NULL;
+	if (!strcmp(profile, "default"))
+		snprintf(section, sizeof(section), "default");
+	else
+		snprintf(section, sizeof(section), "profile %s", profile);
+	*rc = ini_read(path, section, keys, &v, 1, em);
+	if (*rc || !v || !v[0]) {
+		free(v);
+		return NULL;
+	}
+	return v;
 }
 
 /* Options first, then the environment, then the credentials file. */
@@ -988,14 +1038,25 @@ static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errm
 		goto out_fail;
 	}
 
+	/* The option, the environment, the AWS config file, us-east-1. */
 	v = opt(o, "region");
 	if (!v)
 		v = getenv("AWS_REGION");
 	if (!v || !v[0])
 		v = getenv("AWS_DEFAULT_REGION");
-	s->region = strdup(v && v[0] ? v : "us-east-1");
-	if (!s->region)
+	if (v && v[0]) {
+		s->region = strdup(v);
+	} else {
+		s->region = config_region(em, &rc);
+		if (rc)
+			goto out_fail;
+		if (!s->region)
+			s->region = strdup("us-east-1");
+	}
+	if (!s->region) {
+		rc = -ENOMEM;
 		goto out_fail;
+	}
 
 	bool custom = true;
 	v = opt(o, "endpoint");

@@ -1,8 +1,10 @@
 /* Ranged S3 reads against a store that answers a Range GET wrongly: a 206
  * must start where asked and end inside the window, and its body must not
  * run past its Content-Range; otherwise the read fails and no byte outside
- * the window reaches the consumer. The store is a one-shot HTTP server on
- * a loopback port that sends a canned reply. */
+ * the window reaches the consumer. Then the signing region, which comes from
+ * the option, the environment or the AWS config file's profile, in that
+ * order. The store is a one-shot HTTP server on a loopback port that sends a
+ * canned reply and keeps the last request it read. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,6 +21,7 @@
 static int lfd = -1;
 static uint16_t port;
 static char reply[4096];
+static char last_req[8192]; /* the last request's head */
 static pthread_t srv_thread;
 
 /* Answer every connection with `reply` and close it. */
@@ -42,6 +45,8 @@ static void *serve(void *arg)
 			if (strstr(req, "\r\n\r\n"))
 				break;
 		}
+		req[got] = 0;
+		memcpy(last_req, req, got + 1);
 		(void)!write(c, reply, strlen(reply));
 		close(c);
 	}
@@ -180,4 +185,60 @@ Test(s3_range, body_longer_than_its_range_is_cut_and_refused)
 	cr_assert_leq(s.n, 10, "%zu bytes delivered for a 10-byte window", s.n);
 	cr_assert_arr_eq(s.buf, "0123456789", s.n);
 	cr_assert(strstr(em.text, "longer than its content-range"), "%s", em.text);
+}
+
+/* The region the request was signed for, from its credential scope
+ * (Credential=AK/DATE/REGION/s3/aws4_request). */
+static const char *signed_region(char *out, size_t len)
+{
+	const char *c = strstr(last_req, "Credential=AK/");
+	cr_assert_not_null(c, "no credential scope in: %s", last_req);
+	c = strchr(c + strlen("Credential=AK/"), '/');
+	cr_assert_not_null(c);
+	c++;
+	size_t n = strcspn(c, "/");
+	cr_assert_lt(n, len);
+	memcpy(out, c, n);
+	out[n] = 0;
+	return out;
+}
+
+/* A config file with a default and a named profile; HOME points nowhere
+ * useful so that only AWS_CONFIG_FILE counts. */
+static void with_config(void)
+{
+	static char path[] = "/tmp/cistern-aws-config-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	const char *text = "[default]\nregion = eu-west-3\n\n"
+	                   "[profile other]\n# a comment\nregion=ap-south-2\n";
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	setenv("AWS_CONFIG_FILE", path, 1);
+	setenv("HOME", "/nonexistent", 1);
+	unsetenv("AWS_REGION");
+	unsetenv("AWS_DEFAULT_REGION");
+	unsetenv("AWS_PROFILE");
+}
+
+Test(s3_range, region_from_the_aws_config_file_after_option_and_environment)
+{
+	cis_errmsg em = {{0}};
+	char r[64];
+	sink s;
+
+	with_config();
+	set_reply("206 Partial Content", "bytes 0-3/4", "abcd");
+	cr_assert_eq(s3_get(0, 4, &s, &em), 0, "%s", em.text);
+	cr_assert_str_eq(signed_region(r, sizeof(r)), "eu-west-3", "[default] of the config file");
+	setenv("AWS_PROFILE", "other", 1);
+	cr_assert_eq(s3_get(0, 4, &s, &em), 0, "%s", em.text);
+	cr_assert_str_eq(signed_region(r, sizeof(r)), "ap-south-2", "[profile other]");
+	setenv("AWS_PROFILE", "missing", 1);
+	cr_assert_eq(s3_get(0, 4, &s, &em), 0, "%s", em.text);
+	cr_assert_str_eq(signed_region(r, sizeof(r)), "us-east-1", "a profile it lacks");
+	setenv("AWS_DEFAULT_REGION", "sa-east-1", 1);
+	cr_assert_eq(s3_get(0, 4, &s, &em), 0, "%s", em.text);
+	cr_assert_str_eq(signed_region(r, sizeof(r)), "sa-east-1", "the environment first");
+	unlink(getenv("AWS_CONFIG_FILE"));
 }
