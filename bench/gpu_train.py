@@ -29,6 +29,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import drop_caches  # noqa: E402
+
 SIDE = 224
 RAW_BYTES = 3 * SIDE * SIDE
 WARMUP_STEPS = 10  # on GPU-made batches, before the first epoch
@@ -79,16 +82,6 @@ def cpu_ticks():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     return sum(v) - v[3] - v[4], sum(v)
-
-
-def drop_caches():
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 class Files:
