@@ -15,7 +15,7 @@ build_pkgs=(
 	libxxhash-dev libjansson-dev libxml2-dev
 )
 test_pkgs=(
-	curl iproute2 procps psmisc util-linux fio s3fs rclone
+	curl iproute2 procps psmisc util-linux util-linux-extra fio s3fs rclone
 	python3 unzip jq gnuplot-nox attr
 )
 

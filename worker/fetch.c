@@ -19,6 +19,12 @@
  * ranges 0.8 of the throughput of 16 MiB ones), on top of the saved
  * request latency and per-request cost of a cloud store.
  *
+ * A cold fill (WRK_FETCH_COLD: a load or a replica, no reader joined
+ * before it started) copies the bytes into the thread's 1 MiB stage and
+ * writes it with O_DIRECT to a second descriptor of the temporary file,
+ * the block's last partial page through the page cache. Streaming waiters
+ * that join it read what is on disk (`ondisk`), not what was received.
+ *
  * When the cache cannot take the block (no space, a dir read-only or gone)
  * a reader is served by a direct read from the store into its reply
  * ("direct" jobs), so a sick disk costs caching, not service. */
@@ -41,6 +47,8 @@
 #define FX_BUCKETS    4096
 #define FX_SPAN_BYTES (16u << 20) /* at most this much per store GET */
 #define FX_SPAN_MAX   16          /* and at most this many blocks */
+#define FX_STAGE      (1u << 20)  /* a cold fill writes to disk in pieces of this size */
+#define FX_DIO_ALIGN  4096u       /* offset and length alignment for O_DIRECT */
 
 enum { W_STREAM, W_DONE };
 enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
@@ -70,7 +78,7 @@ typedef struct job {
 	wrk_done_fn done;
 	void *arg;
 	int prio;
-	bool pin;
+	unsigned flags; /* WRK_FETCH_* */
 } job;
 
 struct fetch {
@@ -80,13 +88,18 @@ struct fetch {
 	int prio;
 	bool running;
 	bool pin;
+	bool cold;  /* no reader waits: fill past the page cache */
 	bool alone; /* fetched by itself (a span it was in failed) */
 	char *src_host;
 	uint16_t src_port;
 	job *queued; /* while in a queue */
 	int fd, dir;
+	int dfd;     /* the temporary file opened O_DIRECT for a cold fill, or -1 */
+	char *stage; /* the fetch thread's O_DIRECT buffer (FX_STAGE bytes) or NULL */
 	char tmp[PATH_MAX];
-	uint64_t filled;
+	uint64_t filled; /* bytes received */
+	uint64_t ondisk; /* bytes in the file, for readers (filled less staged) */
+	size_t staged;   /* bytes in the thread's stage, not written yet */
 	cis_checksum *cs;
 	int local_err; /* a write to the cache failed with this */
 	waiter *waiters;
@@ -300,7 +313,7 @@ static void do_flush(wrk_fx *fx, fetch *f, bool final)
 			free(wt);
 			continue;
 		}
-		avail = f->filled < wt->end ? f->filled : wt->end;
+		avail = f->ondisk < wt->end ? f->ondisk : wt->end;
 		if (avail > wt->sent &&
 		    (final || avail == wt->end || avail - wt->sent >= WRK_STREAM_MIN)) {
 			int rc = send_file_range(fx->w, wt->conn, &wt->hdr, f->fd, wt->sent, avail,
@@ -333,7 +346,7 @@ static bool do_cached_now(wrk_fx *fx, cis_block_id id)
 
 /* Create or join the fetch of ref. Caller holds fx->mu. NULL on ENOMEM. */
 static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *src,
-                           bool pin, bool *created)
+                           unsigned flags, bool *created)
 {
 	fetch *f = do_find(fx, ref->id);
 	job *j;
@@ -343,7 +356,9 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 		cis_counter_inc(fx->w->m.single_flight_joins);
 		if (prio == WRK_PRIO_HIGH)
 			do_upgrade(fx, f);
-		f->pin |= pin;
+		f->pin |= (flags & WRK_FETCH_PIN) != 0;
+		if (!(flags & WRK_FETCH_COLD))
+			f->cold = false; /* decided when the fill starts */
 		return f;
 	}
 	f = calloc(1, sizeof(*f));
@@ -355,8 +370,10 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 	}
 	f->len = wrk_ref_len(ref);
 	f->prio = prio;
-	f->pin = pin;
+	f->pin = (flags & WRK_FETCH_PIN) != 0;
+	f->cold = (flags & WRK_FETCH_COLD) != 0;
 	f->fd = -1;
+	f->dfd = -1;
 	f->dir = -1;
 	if (src && src->host && src->host[0] && src->rpc_port) {
 		f->src_host = strdup(src->host);
@@ -485,7 +502,7 @@ again:
 		free(wt);
 		goto again;
 	}
-	f = do_get_fetch(fx, ref, WRK_PRIO_HIGH, NULL, false, &created);
+	f = do_get_fetch(fx, ref, WRK_PRIO_HIGH, NULL, 0, &created);
 	if (!f) {
 		pthread_mutex_unlock(&fx->mu);
 		cis_rpc_conn_unref(wt->conn);
@@ -505,13 +522,13 @@ again:
 	}
 	wt->next = f->waiters;
 	f->waiters = wt;
-	if (f->fd >= 0 && f->filled > off)
+	if (f->fd >= 0 && f->ondisk > off)
 		do_flush(fx, f, true);
 	pthread_mutex_unlock(&fx->mu);
 }
 
 bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
-                   bool pin, wrk_done_fn done, void *arg)
+                   unsigned flags, wrk_done_fn done, void *arg)
 {
 	wrk_blk_info info;
 	waiter *wt;
@@ -530,7 +547,7 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 
 		wrk_bs_release(fx->w->bs, info.blk);
 		if (ok) {
-			if (pin)
+			if (flags & WRK_FETCH_PIN)
 				wrk_bs_pin(fx->w->bs, ref->id, true);
 			return true;
 		}
@@ -545,7 +562,7 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 		j->done = done;
 		j->arg = arg;
 		j->prio = prio;
-		j->pin = pin;
+		j->flags = flags;
 		enqueue(fx, j, prio);
 		return false;
 	}
@@ -561,9 +578,9 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	if (do_cached_now(fx, ref->id)) {
 		pthread_mutex_unlock(&fx->mu);
 		free(wt);
-		return wrk_fx_ensure(fx, ref, prio, source, pin, done, arg);
+		return wrk_fx_ensure(fx, ref, prio, source, flags, done, arg);
 	}
-	f = do_get_fetch(fx, ref, prio, source, pin, &created);
+	f = do_get_fetch(fx, ref, prio, source, flags, &created);
 	if (!f) {
 		pthread_mutex_unlock(&fx->mu);
 		free(wt);
@@ -611,33 +628,96 @@ typedef struct fill_ctx {
 	fetch *f;
 } fill_ctx;
 
+/* Write len bytes at off: all of them, or the error. */
+static int write_all(int fd, const char *p, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -ENOSPC;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Write f's stage out at off: its whole pages past the page cache, the
+ * block's last partial page through it. A file system that refuses
+ * O_DIRECT (EINVAL: tmpfs before 6.6, an odd alignment) gets the rest of
+ * the fill through the page cache. */
+static int stage_out(fetch *f, uint64_t off)
+{
+	size_t whole = f->staged & ~(size_t)(FX_DIO_ALIGN - 1);
+	int rc = 0;
+
+	if (whole) {
+		rc = write_all(f->dfd, f->stage, whole, off);
+		if (rc == -EINVAL) {
+			close(f->dfd);
+			f->dfd = -1;
+			whole = 0;
+			rc = 0;
+		}
+	}
+	if (rc == 0 && f->staged > whole)
+		rc = write_all(f->fd, f->stage + whole, f->staged - whole, off + whole);
+	return rc;
+}
+
+/* Copy into the stage; write it out when full and at the block's end.
+ * The new count of bytes in the file goes to *ondisk. */
+static int stage_bytes(fetch *f, const char *p, size_t len, uint64_t *ondisk)
+{
+	bool last = f->filled + len == f->len;
+
+	while (len) {
+		size_t take = FX_STAGE - f->staged < len ? FX_STAGE - f->staged : len;
+		int rc;
+
+		memcpy(f->stage + f->staged, p, take);
+		f->staged += take;
+		p += take;
+		len -= take;
+		if (f->staged < FX_STAGE && !(last && len == 0))
+			break;
+		rc = stage_out(f, *ondisk);
+		if (rc < 0)
+			return rc;
+		*ondisk += f->staged;
+		f->staged = 0;
+	}
+	return 0;
+}
+
+/* The next len bytes of the block: into the file (through the stage for
+ * a cold fill), then to streaming waiters. */
 static int fill_write(void *arg, const void *data, size_t len)
 {
 	fill_ctx *c = arg;
 	fetch *f = c->f;
-	const char *p = data;
-	size_t left = len;
-	uint64_t at;
+	uint64_t ondisk = f->filled + len;
+	int rc;
 
 	if (f->filled + len > f->len)
 		return -CIS_E_STORE; /* the store sent more than the block holds */
-	at = f->filled;
-	while (left) {
-		ssize_t n = pwrite(f->fd, p, left, (off_t)at);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			f->local_err = n < 0 ? errno : ENOSPC;
-			return -f->local_err;
-		}
-		p += n;
-		left -= (size_t)n;
-		at += (uint64_t)n;
-	}
 	cis_checksum_update(f->cs, data, len);
+	if (f->dfd >= 0) {
+		ondisk = f->ondisk;
+		rc = stage_bytes(f, data, len, &ondisk);
+	} else {
+		rc = write_all(f->fd, data, len, f->filled);
+	}
+	if (rc < 0) {
+		f->local_err = -rc;
+		return rc;
+	}
 	pthread_mutex_lock(&c->fx->mu);
 	f->filled += len;
+	f->ondisk = ondisk;
 	do_flush(c->fx, f, false);
 	pthread_mutex_unlock(&c->fx->mu);
 	return 0;
@@ -724,6 +804,8 @@ static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *e
 	pthread_mutex_unlock(&fx->mu);
 	if (f->fd >= 0)
 		close(f->fd);
+	if (f->dfd >= 0)
+		close(f->dfd);
 	cis_histogram_observe(w->m.fetch_seconds, (double)(cis_mono_ns() - f->start_ns) / 1e9);
 	for (wt = list; wt; wt = next) {
 		next = wt->next;
@@ -782,9 +864,16 @@ static bool fill_prepare(wrk_fx *fx, fetch *f, cis_ufs **ufs)
 			break;
 		fd = wrk_bs_create_tmp(w->bs, f->dir, f->ref.id, f->tmp, sizeof(f->tmp));
 		if (fd >= 0) {
+			bool cold;
+
 			pthread_mutex_lock(&fx->mu);
 			f->fd = fd;
+			cold = f->cold;
 			pthread_mutex_unlock(&fx->mu);
+			/* Where O_DIRECT is refused, the fill goes through
+			 * the page cache like any other. */
+			if (cold && f->stage)
+				f->dfd = open(f->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 			return true;
 		}
 		wrk_bs_unreserve(w->bs, f->dir, f->len);
@@ -844,7 +933,7 @@ static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
 	finish(fx, f, rc, local, em);
 }
 
-static void run_fill(wrk_fx *fx, fetch *f)
+static void run_fill(wrk_fx *fx, fetch *f, char *stage)
 {
 	wrk *w = fx->w;
 	fill_ctx fc = {fx, f};
@@ -853,6 +942,7 @@ static void run_fill(wrk_fx *fx, fetch *f)
 	uint64_t got = 0;
 	int rc = 0;
 
+	f->stage = stage;
 	if (!fill_prepare(fx, f, &ufs))
 		return;
 	if (f->src_host) {
@@ -866,6 +956,8 @@ static void run_fill(wrk_fx *fx, fetch *f)
 			                "block=%s err=\"%s\"", hex, cis_errmsg_or(&em, rc));
 			pthread_mutex_lock(&fx->mu);
 			f->filled = 0; /* the same bytes will be written again */
+			f->ondisk = 0;
+			f->staged = 0;
 			pthread_mutex_unlock(&fx->mu);
 			cis_checksum_reset(f->cs);
 			em.text[0] = 0;
@@ -929,6 +1021,10 @@ static void requeue_alone(wrk_fx *fx, fetch *f)
 		pthread_mutex_unlock(&fx->mu);
 		close(fd);
 	}
+	if (f->dfd >= 0)
+		close(f->dfd);
+	f->dfd = -1;
+	f->stage = NULL;
 	cis_checksum_free(f->cs);
 	f->cs = NULL;
 	f->dir = -1;
@@ -950,7 +1046,7 @@ static void requeue_alone(wrk_fx *fx, fetch *f)
  * one ranged store read. A block complete when the read fails is kept; the
  * one it failed in fails; those after it, with no bytes yet, go back to
  * the queue to be fetched alone (their failure may not be theirs). */
-static void run_fill_span(wrk_fx *fx, fetch **span, size_t n)
+static void run_fill_span(wrk_fx *fx, fetch **span, size_t n, char *stage)
 {
 	wrk *w = fx->w;
 	cis_errmsg em = {{0}};
@@ -961,6 +1057,8 @@ static void run_fill_span(wrk_fx *fx, fetch **span, size_t n)
 
 	/* The span ends at the first block that cannot be prepared (it is
 	 * finished); the ones after it are fetched alone. */
+	for (size_t i = 0; i < n; i++)
+		span[i]->stage = stage; /* one at a time: each block fills in turn */
 	while (ready < n && fill_prepare(fx, span[ready], &ufs))
 		ready++;
 	for (size_t i = ready + 1; i < n; i++)
@@ -1086,14 +1184,14 @@ static void run_direct(wrk_fx *fx, job *j)
 
 /* ---- threads ---- */
 
-static void run_job(wrk_fx *fx, job *j)
+static void run_job(wrk_fx *fx, job *j, char *stage)
 {
 	wrk *w = fx->w;
 	int rc;
 
 	switch (j->kind) {
 	case J_FILL:
-		run_fill(fx, j->f);
+		run_fill(fx, j->f, stage);
 		break;
 	case J_DIRECT:
 		run_direct(fx, j);
@@ -1109,7 +1207,7 @@ static void run_job(wrk_fx *fx, job *j)
 		rc = wrk_bs_verify(w->bs, j->ref.id);
 		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
 			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
-		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->pin, j->done, j->arg))
+		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->flags, j->done, j->arg))
 			j->done(j->arg, 0, 0, NULL);
 		break;
 	}
@@ -1122,7 +1220,11 @@ static void run_job(wrk_fx *fx, job *j)
 static void *fx_thread(void *arg)
 {
 	wrk_fx *fx = arg;
+	char *stage = NULL;
 
+	/* Without it, cold fills go through the page cache. */
+	if (posix_memalign((void **)&stage, FX_DIO_ALIGN, FX_STAGE) != 0)
+		stage = NULL;
 	for (;;) {
 		job *j = NULL;
 
@@ -1155,12 +1257,13 @@ static void *fx_thread(void *arg)
 		}
 		pthread_mutex_unlock(&fx->mu);
 		if (nspan > 1) {
-			run_fill_span(fx, span, nspan);
+			run_fill_span(fx, span, nspan, stage);
 			free(j);
 			continue;
 		}
-		run_job(fx, j);
+		run_job(fx, j, stage);
 	}
+	free(stage);
 	return NULL;
 }
 

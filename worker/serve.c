@@ -176,7 +176,7 @@ static void handle_open_local(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *h
 		*waiter = c;
 		cis_rpc_conn_ref(conn);
 	}
-	if (wrk_fx_ensure(w->fx, &ref, WRK_PRIO_HIGH, NULL, false, open_fetch_done, waiter)) {
+	if (wrk_fx_ensure(w->fx, &ref, WRK_PRIO_HIGH, NULL, 0, open_fetch_done, waiter)) {
 		cis_counter_inc(w->m.hits);
 		open_reply(&c);
 		if (waiter) {
@@ -263,7 +263,7 @@ static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr
 			continue;
 		}
 		if (!wrk_bs_has(w->bs, ref.id)) {
-			wrk_fx_ensure(w->fx, &ref, WRK_PRIO_LOW, NULL, false, prefetch_done, NULL);
+			wrk_fx_ensure(w->fx, &ref, WRK_PRIO_LOW, NULL, 0, prefetch_done, NULL);
 			r.queued++;
 		}
 		wrk_ref_free(&ref);
@@ -415,10 +415,10 @@ static void load_one(load_ctx *c, size_t i, const Cis__BlockRef *b, bool pin,
 	} else {
 		it->c = c;
 		it->i = i;
-		if (wrk_fx_ensure(w->fx, &ref,
-		                  c->type == CIS_MSG_WORKER_REPLICATE ? WRK_PRIO_HIGH
-		                                                      : WRK_PRIO_LOW,
-		                  src, pin, load_done, it)) {
+		if (wrk_fx_ensure(
+		        w->fx, &ref,
+		        c->type == CIS_MSG_WORKER_REPLICATE ? WRK_PRIO_HIGH : WRK_PRIO_LOW, src,
+		        WRK_FETCH_COLD | (pin ? WRK_FETCH_PIN : 0u), load_done, it)) {
 			free(it);
 			load_set(c, i, 0, NULL, true);
 		}

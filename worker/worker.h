@@ -210,11 +210,18 @@ void wrk_fx_stop(wrk_fx *fx);
  * Replies on conn (reference taken) and never blocks on the store. */
 void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const wrk_ref *ref,
                  uint64_t off, uint64_t len);
+/* How wrk_fx_ensure caches a block. WRK_FETCH_PIN: pin it.
+ * WRK_FETCH_COLD: no reader on this host waits for it (a load, a
+ * replica), so the fill writes past the page cache (O_DIRECT) where the
+ * cache dir allows, unless a reader joins before the fill starts. */
+enum { WRK_FETCH_PIN = 1, WRK_FETCH_COLD = 2 };
+
 /* Make sure the block is cached (and verified), then call done. Fetches at
- * prio; source (may be NULL) is a peer to copy from first. Returns true if
- * the block was already cached and verified (done is not called). */
+ * prio; source (may be NULL) is a peer to copy from first; flags are
+ * WRK_FETCH_*. Returns true if the block was already cached and verified
+ * (done is not called). */
 bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
-                   bool pin, wrk_done_fn done, void *arg);
+                   unsigned flags, wrk_done_fn done, void *arg);
 uint64_t wrk_fx_inflight(wrk_fx *fx);
 /* Around queueing a batch of low-priority fetches (load, prefetch): the
  * fetch threads take none of them until the whole batch is queued, so

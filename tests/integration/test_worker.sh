@@ -144,6 +144,29 @@ for b in 0 1 2 3 4 5 6; do
 done
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + reads)) "store reads after reading the spans back"
 
+log "a load fills past the page cache: whole pages O_DIRECT, the last partial page through it"
+# 3 MiB blocks: block 0 is three whole stages, block 1 two and a partial
+# one (4567 bytes: one whole page and a 471-byte tail).
+head -c $((5 * MB + 4567)) /dev/urandom >"$DATA/big.bin"
+out=$(wcl W1 big.bin --block-size 3M load 0 1)
+assert_eq "$(grep -c "code=0 cached=0" <<<"$out")" 2 "blocks loaded: $out"
+if dd if=/dev/zero of="$CIS_TMP/.direct-probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
+	for b in 0 1; do
+		id=$(wcl W1 big.bin --block-size 3M id $b)
+		res=$(fincore --bytes --noheadings --output RES "$CIS_TMP/c1/${id:0:2}/$id")
+		[ "$res" -le 4096 ] || fail "loaded block $b left $res bytes in the page cache"
+	done
+else
+	log "(the cache dir refuses O_DIRECT: the load went through the page cache)"
+fi
+rm -f "$CIS_TMP/.direct-probe"
+wcl W1 big.bin --block-size 3M read 0 0 0 | cmp - <(expect big.bin 0 $((3 * MB))) ||
+	fail "loaded block 0 differs"
+wcl W1 big.bin --block-size 3M read 1 0 0 | cmp - <(expect big.bin $((3 * MB)) $((2 * MB + 4567))) ||
+	fail "loaded block 1 differs"
+wcl W1 big.bin --block-size 3M local 1 | cmp - <(expect big.bin $((3 * MB)) $((2 * MB + 4567))) ||
+	fail "loaded block 1 differs through its local fd"
+
 log "block file deleted or truncated behind the worker"
 id=$(wcl W1 f.bin id 1)
 rm "$CIS_TMP/c1/${id:0:2}/$id"
