@@ -95,7 +95,8 @@ struct job {
 	int state;
 	char error[512];
 	int64_t created_ns, finished_ns;
-	char *cursor;
+	char *cursor;        /* the last file committed (changes under js->lock) */
+	char *resume_after;  /* the cursor a resumed job started from: fixed */
 	struct counts c;     /* committed */
 	uint64_t files_seen; /* walked so far (progress) */
 	uint64_t bytes_seen;
@@ -219,6 +220,7 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->finished_ns = json_integer_value(json_object_get(o, "finished_ns"));
 	const char *cur = json_string_value(json_object_get(o, "cursor"));
 	j->cursor = cur ? strdup(cur) : NULL;
+	j->resume_after = cur ? strdup(cur) : NULL;
 	counts_from(&j->c, json_object_get(o, "counts"));
 	j->failures_total = (uint64_t)json_integer_value(json_object_get(o, "failures_total"));
 	j->failures = json_array();
@@ -619,7 +621,9 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct job *j = arg;
 	mst_master *m = j->js->m;
-	if (j->cursor && mst_path_order(path, j->cursor) <= 0)
+	/* Not the live cursor: senders move it (and free the old one) while
+	 * the walk goes on. */
+	if (j->resume_after && mst_path_order(path, j->resume_after) <= 0)
 		return 0; /* done before a restart */
 	uint64_t bs = 0, nb = mst_file_blocks(m, ino, &bs);
 	struct frec *f = calloc(1, sizeof(*f));
@@ -689,7 +693,7 @@ static int walk_err(void *arg, const char *path, int code, const char *msg)
 	struct job *j = arg;
 	(void)code;
 	pthread_mutex_lock(&j->js->lock);
-	if (!j->cursor || mst_path_order(path, j->cursor) > 0) {
+	if (!j->resume_after || mst_path_order(path, j->resume_after) > 0) {
 		add_failure(j, path, msg);
 		j->dirty = true;
 	}
@@ -953,6 +957,7 @@ static void job_free(struct job *j)
 	free(j->live);
 	free(j->path);
 	free(j->cursor);
+	free(j->resume_after);
 	json_decref(j->failures);
 	pthread_cond_destroy(&j->cond);
 	free(j);

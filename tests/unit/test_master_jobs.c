@@ -228,6 +228,33 @@ Test(jobs, unreachable_worker_fails_files_with_its_error)
 	json_decref(j);
 }
 
+/* Senders commit files (and move the job's cursor) while the walk is still
+ * going: each of many files must be counted once. The walk once compared
+ * paths with the live cursor, which a sender could free under it. */
+Test(jobs, files_committed_during_the_walk_are_each_counted_once)
+{
+	cis_errmsg em = {{0}};
+	char dir[400], name[32];
+	enum { NFILES = 3000 };
+
+	snprintf(dir, sizeof(dir), "%s/many", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	for (int i = 0; i < NFILES; i++) {
+		snprintf(name, sizeof(name), "f%05d", i);
+		put_file(dir, name, "x");
+	}
+	fake_worker(1 << 30);
+	mst_job_req r = {.type = "load", .path = "/m/many", .parallel = 4};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_eq(count(j, "files"), NFILES);
+	cr_assert_eq(count(j, "files_failed"), NFILES, "the worker is unreachable");
+	cr_assert_eq(count(j, "tasks_failed"), NFILES);
+	json_decref(j);
+}
+
 Test(jobs, metadata_only_lists_without_tasks)
 {
 	cis_errmsg em = {{0}};
