@@ -9,6 +9,17 @@ uint64_t cis_place_weight(cis_block_id id, uint64_t worker_id)
 	return XXH3_64bits(in, sizeof(in));
 }
 
+cis_block_id cis_place_id(cis_block_id id, uint64_t mount_id, const char *key, const char *version,
+                          uint64_t block_size, uint64_t index)
+{
+	uint64_t per =
+	    block_size && block_size < CIS_PLACE_EXTENT ? CIS_PLACE_EXTENT / block_size : 1;
+
+	if (index % per == 0)
+		return id;
+	return cis_block_id_make(mount_id, key, version, block_size, index - index % per);
+}
+
 size_t cis_place(cis_block_id id, const uint64_t *worker_ids, size_t n, size_t *out, size_t nout)
 {
 	/* Partial selection: keep the best nout seen so far in out[], sorted by

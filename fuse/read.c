@@ -38,6 +38,16 @@ void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t
 	ref->file_size = f->size;
 }
 
+/* Block idx's workers in rendezvous order, by its extent (cis_place_id):
+ * indices into wl, the count returned. */
+static size_t block_order(const fcl_file *f, uint64_t idx, cis_block_id id, const fcl_wlist *wl,
+                          size_t *order, size_t n)
+{
+	cis_block_id pid = cis_place_id(id, f->mount->id, f->key, f->version, f->block_size, idx);
+
+	return cis_place(pid, wl->ids, wl->n, order, n);
+}
+
 void fcl_segs_release(fcl_seg *segs, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -166,7 +176,7 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 	cis_block_id id;
 	fcl_blockref(f, idx, &ref, idbuf, &id);
 	size_t order[FCL_MAX_TRIES];
-	size_t n = cis_place(id, wl->ids, wl->n, order, FCL_MAX_TRIES);
+	size_t n = block_order(f, idx, id, wl, order, FCL_MAX_TRIES);
 
 	for (size_t i = 0; i < n; i++) {
 		const fcl_worker *w = &wl->w[order[i]];
@@ -330,7 +340,7 @@ bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx)
 		cis_block_id id;
 		size_t owner;
 		fcl_blockref(f, idx, &ref, idbuf, &id);
-		cis_place(id, wl->ids, wl->n, &owner, 1);
+		block_order(f, idx, id, wl, &owner, 1);
 		done = local_willneed(c, &wl->w[owner], &ref, true);
 	}
 	fcl_workers_put(c, wl);
@@ -381,7 +391,7 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 	for (uint64_t i = 0; i < n; i++) {
 		cis_block_id id;
 		fcl_blockref(f, first + i, &refs[i], ids[i], &id);
-		cis_place(id, wl->ids, wl->n, &owner[i], 1);
+		block_order(f, first + i, id, wl, &owner[i], 1);
 		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i], false);
 	}
 	send_by_owner(c, wl, refs, ptrs, owner, sent, n);
@@ -418,7 +428,7 @@ void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n)
 		}
 		cis_block_id id;
 		fcl_blockref(f, 0, &refs[k], ids[k], &id);
-		cis_place(id, wl->ids, wl->n, &owner[k], 1);
+		block_order(f, 0, id, wl, &owner[k], 1);
 		/* Its descriptor is cached: this host's worker has it. */
 		if (wl->w[owner[k]].local && fcl_local_cached(c, &wl->w[owner[k]], &refs[k])) {
 			fcl_file_unref(f);

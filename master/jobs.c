@@ -458,13 +458,23 @@ static void flush_pending(struct job *j)
 	pthread_cond_broadcast(&j->cond);
 }
 
+/* The rendezvous order of t's block over the live workers (by its
+ * extent, cis_place_id): indices into j->live, the count returned. */
+static size_t task_order(struct job *j, const struct task *t, size_t *order, size_t n)
+{
+	const struct frec *f = t->f;
+	cis_block_id pid = cis_place_id(t->id, f->mount_id, f->key, f->version, f->bs, t->index);
+
+	return cis_place(pid, j->live, j->nlive, order, n);
+}
+
 /* Place t on a live, not-failing worker that does not hold the block yet
  * (rank among the first R + failed ones). Caller holds js->lock. */
 static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t failed)
 {
 	refresh_live(j, m);
 	size_t order[64];
-	size_t no = cis_place(t->id, j->live, j->nlive, order, 64);
+	size_t no = task_order(j, t, order, 64);
 	for (size_t i = 0; i < no; i++) {
 		uint64_t w = j->live[order[i]];
 		if (w == failed || is_bad(j, w))
@@ -665,7 +675,7 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		struct task t = {.f = f, .index = b};
 		t.id = cis_block_id_make(f->mount_id, f->key, f->version, f->bs, b);
 		size_t order[64];
-		size_t no = cis_place(t.id, j->live, j->nlive, order, r < 64 ? r : 64);
+		size_t no = task_order(j, &t, order, r < 64 ? r : 64);
 		if (no == 0) {
 			f->left++;
 			task_done(j, &t, -EHOSTUNREACH, "no live worker", false, 0);

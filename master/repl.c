@@ -252,7 +252,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 		size_t nh = mst_workers_locate(s->m->workers, id, hold, 64);
 		if (nh == 0 || nh == target)
 			continue; /* not cached (loads bring blocks in), or right */
-		size_t no = cis_place(id, s->live, s->nlive, order, 64);
+		cis_block_id pid = cis_place_id(id, f->mount_id, f->key, f->version, bs, b);
+		size_t no = cis_place(pid, s->live, s->nlive, order, 64);
 		uint8_t idb[16];
 		Cis__BlockRef ref = CIS__BLOCK_REF__INIT;
 		set_ref(&ref, idb, id, f, b, bs);

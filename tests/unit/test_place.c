@@ -109,3 +109,51 @@ Test(place, fewer_workers_than_asked)
 	cr_assert_eq(cis_place(block(1), workers, 2, out, 5), 2);
 	cr_assert_eq(cis_place(block(1), workers, 0, out, 5), 0);
 }
+
+static cis_block_id place_id(uint64_t bs, uint64_t i)
+{
+	cis_block_id id = cis_block_id_make(7, "dataset/file", "etag", bs, i);
+
+	return cis_place_id(id, 7, "dataset/file", "etag", bs, i);
+}
+
+static cis_block_id block_of_size(uint64_t bs, uint64_t i)
+{
+	return cis_block_id_make(7, "dataset/file", "etag", bs, i);
+}
+
+Test(place, blocks_of_an_extent_share_their_owners)
+{
+	uint64_t workers[NWORKERS];
+	size_t first[3], other[3];
+	unsigned runs_split = 0;
+
+	for (int i = 0; i < NWORKERS; i++)
+		workers[i] = 1000 + (uint64_t)i * 7919;
+	/* 4 MiB blocks: extents of 4. Each block is placed as its extent's
+	 * first block, with the same owners in the same order. */
+	for (uint64_t e = 0; e < 200; e++) {
+		cis_block_id head = place_id(4 << 20, 4 * e);
+		cr_assert(cis_block_id_eq(head, block_of_size(4 << 20, 4 * e)),
+		          "the first block is placed by its own id");
+		cis_place(head, workers, NWORKERS, first, 3);
+		for (uint64_t k = 1; k < 4; k++) {
+			cis_block_id pid = place_id(4 << 20, 4 * e + k);
+			cr_assert(cis_block_id_eq(pid, head), "block %llu of extent %llu",
+			          (unsigned long long)k, (unsigned long long)e);
+			cis_place(pid, workers, NWORKERS, other, 3);
+			cr_assert_arr_eq(first, other, sizeof(first));
+		}
+		/* Neighbouring extents are placed independently. */
+		cis_place(place_id(4 << 20, 4 * e + 4), workers, NWORKERS, other, 1);
+		runs_split += other[0] != first[0];
+	}
+	cr_assert_gt(runs_split, 150, "extents spread over the workers: %u of 200 moved on",
+	             runs_split);
+	/* 16 MiB blocks and larger, and a 0 block size: every block is its own. */
+	for (uint64_t i = 0; i < 10; i++) {
+		cr_assert(cis_block_id_eq(place_id(16 << 20, i), block_of_size(16 << 20, i)));
+		cr_assert(cis_block_id_eq(place_id(64 << 20, i), block_of_size(64 << 20, i)));
+		cr_assert(cis_block_id_eq(place_id(0, i), block_of_size(0, i)));
+	}
+}
