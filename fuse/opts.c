@@ -26,7 +26,7 @@ void fcl_opts_usage(FILE *out)
 	      "  --negative-timeout S    cache of missing names, seconds (default 10)\n"
 	      "  --http-port N           metrics port, 0 for none (default 19621)\n"
 	      "  --readahead SIZE        prefetch budget per open file (default 256M)\n"
-	      "  --fd-cache N            short-circuit descriptors kept open (default 32768)\n"
+	      "  --fd-cache N            short-circuit descriptors kept open (default 131072)\n"
 	      "  --meta-cache N          entries per metadata cache (default 262144)\n"
 	      "  --worker-timeout MS     skip a worker slower than this (default 15000)\n"
 	      "  --threads N             FUSE threads at most (default 16)\n"
@@ -198,7 +198,7 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 	    .negative_timeout = 10,
 	    .http_port = 19621,
 	    .readahead_budget = 256u << 20,
-	    .fd_cache = 32768,
+	    .fd_cache = 131072,
 	    .meta_cache = 262144,
 	    .worker_timeout_ms = 15000,
 	    .threads = 16,
