@@ -38,7 +38,8 @@ typedef struct fcl_worker {
 	char host[256];
 	uint16_t port;
 	char unix_path[108];
-	bool local; /* same host and its socket exists: short-circuit */
+	bool local;       /* same host and its socket exists: short-circuit */
+	uint64_t boot_id; /* WorkerInfo.boot_id: changes when it restarts */
 } fcl_worker;
 
 /* An immutable snapshot of the worker list, reference-counted so readers
@@ -70,6 +71,7 @@ typedef struct fcl_stats {
 	cis_counter *bytes[FCL_PATH_N];
 	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
 	cis_counter *open_cache_hits;
+	cis_counter *direct_opens; /* block files opened by the client itself */
 	cis_counter *stale_reads;
 	cis_counter *master_errors;
 	cis_counter *master_calls[FCL_MOP_N];

@@ -10,13 +10,27 @@
  * the read path. Readers get a dup, so eviction never closes a descriptor
  * under a read in flight. Block files are written once and renamed into
  * place, so a descriptor never shows other bytes, even after the worker
- * drops the file. */
+ * drops the file.
+ *
+ * Past its descriptor, a handed-over block is remembered ("known"): the
+ * file's path (read back from /proc/self/fd), its inode and the worker's
+ * boot id. When the descriptor is no longer cached (a dataset with more
+ * files than the cache, or the open-file limit, holds), the client opens
+ * the file itself — no round trip to the worker, which costs more than the
+ * read of a small file — provided the worker has not restarted since (a
+ * restarted worker verifies its blocks again before serving them) and the
+ * path still leads to the same inode (block files are never rewritten in
+ * place; a block fetched again is a new file). No lease protects such a
+ * descriptor: an evicted file stays readable until it is closed. */
 #include "client.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cistern/buf.h"
@@ -55,11 +69,25 @@ typedef struct lease_queue {
 /* Leases per request (the worker takes at most 4096). */
 #define LEASE_BATCH 4096
 
+/* A block file handed over before, keyed like the descriptor cache. */
+typedef struct known {
+	uint64_t boot_id; /* of the worker that handed it over */
+	uint64_t dev, ino, len;
+	uint32_t dir; /* index into fcl_local.dirs */
+} known;
+
+#define KNOWN_MAX     524288 /* about 100 bytes each */
+#define KNOWN_IDLE_MS 30000  /* a directly opened descriptor's stay, unused */
+#define KNOWN_DIRS    64     /* distinct cache dirs remembered */
+
 struct fcl_local {
 	fcl_lru *lru;
 	pthread_mutex_t lock; /* makes get+dup atomic against eviction */
 	lease_queue renew;    /* under lock */
 	lease_queue release;  /* under lock */
+	fcl_lru *known;       /* under lock */
+	char *dirs[KNOWN_DIRS];
+	size_t ndirs; /* under lock; entries are never removed */
 };
 
 int fcl_local_new(size_t capacity, fcl_local **out)
@@ -69,6 +97,12 @@ int fcl_local_new(size_t capacity, fcl_local **out)
 		return -ENOMEM;
 	int rc = fcl_lru_new(capacity, sizeof(lent), &l->lru);
 	if (rc) {
+		free(l);
+		return rc;
+	}
+	rc = fcl_lru_new(KNOWN_MAX, sizeof(known), &l->known);
+	if (rc) {
+		fcl_lru_free(l->lru);
 		free(l);
 		return rc;
 	}
@@ -186,8 +220,8 @@ static void flush_queue(fcl *c, lease_queue *q, uint16_t type)
 static void drop(fcl *c, lent *e)
 {
 	close(e->fd);
-	if (!c)
-		return;
+	if (!c || e->lease_id == 0)
+		return; /* opened directly: no lease */
 	pthread_mutex_lock(&c->local->lock);
 	bool queued = queue_lease(&c->local->release, &e->w, e->lease_id, NULL);
 	pthread_mutex_unlock(&c->local->lock);
@@ -207,6 +241,9 @@ void fcl_local_free(fcl_local *l)
 	free_queue(&l->renew);
 	free_queue(&l->release);
 	fcl_lru_free(l->lru);
+	fcl_lru_free(l->known);
+	for (size_t i = 0; i < l->ndirs; i++)
+		free(l->dirs[i]);
 	pthread_mutex_destroy(&l->lock);
 	free(l);
 }
@@ -223,45 +260,91 @@ static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
 	return 24;
 }
 
-int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
-                   uint64_t *waited_ns, cis_errmsg *em)
+static void hex_id(const Cis__BlockRef *ref, char hex[CIS_BLOCK_ID_HEX])
+{
+	for (size_t i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", ref->id.data[i]);
+}
+
+/* Remember the block file behind fd, just handed over by w: its path must
+ * end in <2 hex>/<id> (the worker's layout), else nothing is learned. */
+static void learn(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref, const uint8_t *k,
+                  size_t klen, int fd, uint64_t len)
+{
+	char link[32], path[PATH_MAX], hex[CIS_BLOCK_ID_HEX];
+	const size_t tail = 1 + 2 + 1 + 32; /* "/ab/ab…" */
+	struct stat st;
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n <= (ssize_t)tail || fstat(fd, &st) != 0)
+		return;
+	path[n] = 0; /* an unlinked file reads "... (deleted)" and fails below */
+	hex_id(ref, hex);
+	char *t = path + n - tail;
+	if (t[0] != '/' || memcmp(t + 1, hex, 2) != 0 || t[3] != '/' || strcmp(t + 4, hex) != 0)
+		return;
+	*t = 0;
+	known kn = {.boot_id = w->boot_id,
+	            .dev = (uint64_t)st.st_dev,
+	            .ino = (uint64_t)st.st_ino,
+	            .len = len};
+	pthread_mutex_lock(&l->lock);
+	for (kn.dir = 0; kn.dir < l->ndirs && strcmp(l->dirs[kn.dir], path) != 0; kn.dir++)
+		;
+	if (kn.dir == l->ndirs && l->ndirs < KNOWN_DIRS && (l->dirs[l->ndirs] = strdup(path)))
+		l->ndirs++;
+	if (kn.dir < l->ndirs)
+		(void)fcl_lru_put(l->known, k, klen, &kn, NULL, NULL);
+	pthread_mutex_unlock(&l->lock);
+}
+
+/* Open a known block file directly, into *e (no lease: lease_id 0; it
+ * leaves the cache after KNOWN_IDLE_MS unused). False (and forgotten)
+ * unless it is still the file w handed over, w has not restarted and it
+ * opens. */
+static bool open_known(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, const uint8_t *k,
+                       size_t klen, lent *e)
 {
 	fcl_local *l = c->local;
-	uint8_t k[24];
-	size_t klen = make_key(k, ref, w->id);
-	lent e;
-	*waited_ns = 0;
+	char path[PATH_MAX], hex[CIS_BLOCK_ID_HEX];
+	struct stat st;
+	known kn;
 
 	pthread_mutex_lock(&l->lock);
-	if (fcl_lru_get(l->lru, k, klen, &e)) {
-		int d = dup(e.fd);
-		uint64_t now = cis_mono_ms();
-		/* More than a third of the lease used up: renew. */
-		bool renew = e.lease_until_ms < now + e.lease_ms * 2 / 3;
-		bool queued = true;
-		if (renew) {
-			/* Claim the renewal so other readers do not repeat it,
-			 * and leave it to the background tick (two thirds of
-			 * the lease are left). */
-			lent claimed = e;
-			claimed.lease_until_ms = now + e.lease_ms;
-			(void)fcl_lru_put(l->lru, k, klen, &claimed, NULL, NULL);
-			queued = queue_lease(&l->renew, w, e.lease_id, k);
-		}
-		pthread_mutex_unlock(&l->lock);
-		if (!queued) {
-			lease_item it = {.lease_id = e.lease_id};
-			memcpy(it.key, k, sizeof(it.key));
-			(void)lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, &it, 1);
-		}
-		if (d < 0)
-			return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
-		*fd = d;
-		*len = e.len;
-		return 0;
-	}
+	bool found = fcl_lru_get(l->known, k, klen, &kn);
+	if (found)
+		snprintf(path, sizeof(path), "%s", l->dirs[kn.dir]);
 	pthread_mutex_unlock(&l->lock);
+	if (!found)
+		return false;
+	int d = -1;
+	if (kn.boot_id == w->boot_id) {
+		size_t dl = strlen(path);
+		hex_id(ref, hex);
+		snprintf(path + dl, sizeof(path) - dl, "/%.2s/%s", hex, hex);
+		d = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (d >= 0 && fstat(d, &st) == 0 && (uint64_t)st.st_dev == kn.dev &&
+	    (uint64_t)st.st_ino == kn.ino && (uint64_t)st.st_size == kn.len) {
+		(void)posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL);
+		*e = (lent){.fd = d, .len = kn.len, .lease_ms = KNOWN_IDLE_MS, .w = *w};
+		cis_counter_inc(c->stats.direct_opens);
+		return true;
+	}
+	if (d >= 0)
+		close(d);
+	pthread_mutex_lock(&l->lock);
+	(void)fcl_lru_remove(l->known, k, klen, NULL);
+	pthread_mutex_unlock(&l->lock);
+	return false;
+}
 
+/* OpenLocal: the block file's descriptor and a lease on it, into *e. */
+static int ask_worker(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, lent *e,
+                      uint64_t *waited_ns, cis_errmsg *em)
+{
 	cis_rpc_client *cl = fcl_remote_client(c, w, true);
 	if (!cl)
 		return cis_fail(em, -ENOMEM, "worker %s: no client", w->unix_path);
@@ -296,18 +379,78 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
 	/* Block files are read front to back: let the kernel read ahead in
 	 * big windows on this (shared, cached) descriptor. */
 	(void)posix_fadvise(got_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	e = (lent){
+	*e = (lent){
 	    .fd = got_fd,
 	    .lease_id = rep->lease_id,
 	    .len = rep->length,
 	    .lease_ms = rep->lease_expiry_ms ? rep->lease_expiry_ms : 30000,
 	    .w = *w,
 	};
-	e.lease_until_ms = cis_mono_ms() + e.lease_ms;
 	cis__open_local_reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *fd, uint64_t *len,
+                   uint64_t *waited_ns, cis_errmsg *em)
+{
+	fcl_local *l = c->local;
+	uint8_t k[24];
+	size_t klen = make_key(k, ref, w->id);
+	lent e;
+	*waited_ns = 0;
+
+	pthread_mutex_lock(&l->lock);
+	bool hit = fcl_lru_get(l->lru, k, klen, &e);
+	if (hit && e.w.boot_id != w->boot_id) {
+		/* Handed over (or found) before the worker restarted: it has
+		 * to verify the block again first. */
+		(void)fcl_lru_remove(l->lru, k, klen, NULL);
+		pthread_mutex_unlock(&l->lock);
+		drop(c, &e);
+		pthread_mutex_lock(&l->lock);
+		hit = false;
+	}
+	if (hit) {
+		int d = dup(e.fd);
+		uint64_t now = cis_mono_ms();
+		/* More than a third of the lease used up: renew. */
+		bool renew = e.lease_until_ms < now + e.lease_ms * 2 / 3;
+		bool queued = true;
+		if (renew) {
+			/* Claim the renewal so other readers do not repeat it,
+			 * and leave it to the background tick (two thirds of
+			 * the lease are left). */
+			lent claimed = e;
+			claimed.lease_until_ms = now + e.lease_ms;
+			(void)fcl_lru_put(l->lru, k, klen, &claimed, NULL, NULL);
+			if (e.lease_id) /* else opened directly: no lease */
+				queued = queue_lease(&l->renew, w, e.lease_id, k);
+		}
+		pthread_mutex_unlock(&l->lock);
+		if (!queued) {
+			lease_item it = {.lease_id = e.lease_id};
+			memcpy(it.key, k, sizeof(it.key));
+			(void)lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, &it, 1);
+		}
+		if (d < 0)
+			return cis_fail(em, -errno, "dup: %s", cis_strerror(-errno));
+		*fd = d;
+		*len = e.len;
+		return 0;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!w->boot_id || !open_known(c, w, ref, k, klen, &e)) {
+		int rc = ask_worker(c, w, ref, &e, waited_ns, em);
+		if (rc)
+			return rc;
+		if (w->boot_id && ref->id.len == 16)
+			learn(l, w, ref, k, klen, e.fd, e.len);
+	}
+	e.lease_until_ms = cis_mono_ms() + e.lease_ms;
 
 	lent victim, other;
 	bool evicted = false, raced = false;
+	int rc;
 	pthread_mutex_lock(&l->lock);
 	if (fcl_lru_get(l->lru, k, klen, &other)) {
 		/* Another reader opened it meanwhile: use theirs. */

@@ -427,6 +427,7 @@ int fcl_workers_refresh(fcl *c, cis_errmsg *em)
 		w->id = wi->id;
 		snprintf(w->host, sizeof(w->host), "%s", wi->host ? wi->host : "");
 		w->port = (uint16_t)wi->rpc_port;
+		w->boot_id = wi->boot_id;
 		snprintf(w->unix_path, sizeof(w->unix_path), "%s",
 		         wi->unix_socket ? wi->unix_socket : "");
 		w->local = !c->opts->no_short_circuit && wi->hostname &&

@@ -205,6 +205,7 @@ static Cis__WorkerInfo *info_copy(const Cis__WorkerInfo *src, uint64_t id)
 	d->hostname = dup_str(src ? src->hostname : NULL);
 	d->capacity = src ? src->capacity : 0;
 	d->used = src ? src->used : 0;
+	d->boot_id = src ? src->boot_id : 0;
 	if (!d->host || !d->unix_socket || !d->hostname) {
 		protobuf_c_message_free_unpacked(&d->base, NULL);
 		return NULL;

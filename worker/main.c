@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cistern/config.h"
@@ -285,6 +286,8 @@ int main(int argc, char **argv)
 	if (gethostname(w.hostname, sizeof(w.hostname) - 1) < 0)
 		snprintf(w.hostname, sizeof(w.hostname), "localhost");
 	w.advertise_host = cis_config_str(cfg, "host") ? cis_config_str(cfg, "host") : w.hostname;
+	if (getrandom(&w.boot_id, sizeof(w.boot_id), 0) != (ssize_t)sizeof(w.boot_id))
+		w.boot_id = cis_wall_ns() ^ ((uint64_t)getpid() << 32);
 	if (cis_config_int(cfg, "rpc-port", 0, 65535, &v, &em) < 0)
 		cis_die("%s", em.text);
 	w.rpc_port = (uint16_t)v;

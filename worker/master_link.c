@@ -217,6 +217,7 @@ static int do_register(wrk_link *l, cis_errmsg *em)
 	wi.http_port = w->http_port;
 	wi.unix_socket = (char *)w->socket_path;
 	wi.hostname = w->hostname;
+	wi.boot_id = w->boot_id;
 	req.worker = &wi;
 	req.n_dirs = (size_t)n;
 	req.dirs = dp;

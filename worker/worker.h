@@ -102,6 +102,7 @@ struct wrk {
 	const char *socket_path;
 	const char *advertise_host;
 	char hostname[256];
+	uint64_t boot_id;   /* random per process start (WorkerInfo.boot_id) */
 	const char *master; /* "host:port" or NULL */
 	uint16_t rpc_port, http_port;
 	int fetch_threads;

@@ -232,6 +232,40 @@ rb=$(($(wmetric a 'cistern_worker_requests_total{type="read_block"}') - rb0))
 assert_eq "$ol $pf $rb" "200 0 0" "OpenLocal, Prefetch and ReadBlock requests for 200 small files"
 # 184 descriptors left the cache: their releases go out in batches.
 wait_for 10 leases_at_most 16
+
+log "small files again, past the descriptor cache: opened directly, no OpenLocal"
+# small_pass: read the 200 files with the page cache dropped; sets ol and do
+# (OpenLocal requests at worker a, direct opens at the client).
+small_pass() {
+	local ol0 do0
+	ol0=$(wmetric a 'cistern_worker_requests_total{type="open_local"}')
+	do0=$(metric cistern_fuse_local_direct_opens_total)
+	echo 1 >/proc/sys/vm/drop_caches
+	[ "$(cd "$MNT5" && sha256sum "${small[@]}")" = "$(cd "$SRC" && sha256sum "${small[@]}")" ] ||
+		fail "small files: checksums differ"
+	ol=$(($(wmetric a 'cistern_worker_requests_total{type="open_local"}') - ol0))
+	do=$(($(metric cistern_fuse_local_direct_opens_total) - do0))
+}
+small_pass
+# Every block file is known: the client opens each itself (the 16 still
+# cached from the first pass are pushed out by the 184 before them).
+assert_eq "$ol $do" "0 200" "OpenLocal requests and direct opens, second pass"
+
+log "a restarted worker hands its blocks over again before they are opened directly"
+kill -9 "$WPID_a"
+start_worker a # same cache, state and socket; a new boot id
+# The client sees the new boot id with its next worker list (every 2 s).
+new_boot_seen() {
+	echo 1 >/proc/sys/vm/drop_caches
+	cat "$MNT5/${small[0]}" >/dev/null
+	[ "$(wmetric a 'cistern_worker_requests_total{type="open_local"}')" -gt 0 ]
+}
+wait_for 10 new_boot_seen
+small_pass
+[ "$do" = 0 ] || fail "$do block files opened directly after the worker restarted"
+[ "$ol" -ge 183 ] || fail "only $ol OpenLocal requests after the worker restarted"
+small_pass
+assert_eq "$ol $do" "0 200" "OpenLocal requests and direct opens once the restarted worker handed the blocks over"
 unmount_fuse "$MNT5"
 wait_for 10 leases_at_most 0
 
