@@ -324,7 +324,7 @@ static bool open_known(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, co
 		size_t dl = strlen(path);
 		hex_id(ref, hex);
 		snprintf(path + dl, sizeof(path) - dl, "/%.2s/%s", hex, hex);
-		d = open(path, O_RDONLY | O_CLOEXEC);
+		d = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never wait on a FIFO */
 	}
 	if (d >= 0 && fstat(d, &st) == 0 && (uint64_t)st.st_dev == kn.dev &&
 	    (uint64_t)st.st_ino == kn.ino && (uint64_t)st.st_size == kn.len) {
