@@ -12,7 +12,8 @@
       upload every file under SRC to $CIS_S3_ENDPOINT/$CIS_S3_BUCKET/PREFIX/
       with curl (SigV4), keys URL-encoded, 8 at a time
   fuse_tree.py gatedread PATH GATE_DIR
-      read the first half of PATH in 1 MiB chunks, create GATE_DIR/paused,
+      read the first 16 MiB of PATH (one placement extent) in 1 MiB
+      chunks, create GATE_DIR/paused,
       wait (at most 60 s) for GATE_DIR/go, read the rest; print its sha256
 """
 import hashlib
@@ -126,10 +127,10 @@ def s3put(src, prefix):
 
 def gatedread(path, gate):
     h = hashlib.sha256()
-    half = os.path.getsize(path) // 2
+    first = min(16 << 20, os.path.getsize(path) // 2)
     done = 0
     with open(path, "rb") as f:
-        while done < half:
+        while done < first:
             b = f.read(1 << 20)
             if not b:
                 break

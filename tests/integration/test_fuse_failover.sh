@@ -19,7 +19,9 @@ start_worker b
 
 SRC="$CIS_TMP/data"
 mkdir -p "$SRC/fio"
-head -c $((40 << 20)) /dev/urandom >"$SRC/big.bin"
+# 16 extents of 16 MiB (placement is by extent): after the first, the
+# reader meets blocks of both workers but with odds of 2^-15.
+head -c $((256 << 20)) /dev/urandom >"$SRC/big.bin"
 head -c $((3 << 20)) /dev/urandom >"$SRC/ow.bin"
 head -c $((1 << 20)) /dev/urandom >"$SRC/gone.bin"
 # fio writes its files with verification headers straight into the store.
