@@ -260,10 +260,16 @@ static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
 	return 24;
 }
 
+/* The block's id as the worker names its file (cis_block_id_fmt). */
 static void hex_id(const Cis__BlockRef *ref, char hex[CIS_BLOCK_ID_HEX])
 {
-	for (size_t i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", ref->id.data[i]);
+	cis_block_id id = {0, 0};
+
+	for (size_t i = 0; i < 8; i++) {
+		id.hi = id.hi << 8 | ref->id.data[i];
+		id.lo = id.lo << 8 | ref->id.data[8 + i];
+	}
+	cis_block_id_fmt(id, hex);
 }
 
 /* Remember the block file behind fd, just handed over by w: its path must
