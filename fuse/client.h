@@ -61,6 +61,7 @@ typedef struct fcl_file {
 	char version[CIS_UFS_VERSION_MAX];
 	uint64_t size;
 	uint64_t block_size;
+	uint64_t vhash;       /* of version; never 0 */
 	pthread_mutex_t lock; /* guards ra */
 	fcl_ra ra;
 } fcl_file;
@@ -72,6 +73,7 @@ typedef struct fcl_stats {
 	cis_counter *failovers, *store_errors, *erofs, *prefetch_blocks, *opens;
 	cis_counter *open_cache_hits;
 	cis_counter *direct_opens; /* block files opened by the client itself */
+	cis_counter *passthrough_opens;
 	cis_counter *stale_reads;
 	cis_counter *master_errors;
 	cis_counter *master_calls[FCL_MOP_N];
@@ -98,6 +100,14 @@ typedef struct fcl {
 	fcl_remote *remote;
 	fcl_dirahead *da;
 	fcl_stats stats;
+	/* FUSE passthrough (passthrough.c); set while the session starts. */
+	struct {
+		int devfd;            /* the session's /dev/fuse: backing ioctls */
+		uint64_t init_unique; /* the INIT request, once seen */
+		bool offered;         /* the kernel can pass through */
+		bool on;              /* and agreed to (atomic) */
+		bool refused;         /* registering backing files fails (atomic) */
+	} pt;
 
 	pthread_mutex_t lock; /* guards mounts, workers, down */
 	fcl_mount *mounts;
@@ -142,6 +152,8 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 void fcl_file_ref(fcl_file *f);
 void fcl_file_unref(fcl_file *f);
 void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a);
+/* fcl_attr.vhash and fcl_file.vhash of a version string. */
+uint64_t fcl_version_hash(const char *version);
 /* Start with an empty list (reads go to the store until one arrives). */
 int fcl_workers_init(fcl *c);
 void fcl_workers_fini(fcl *c);
@@ -222,9 +234,11 @@ void fcl_segs_release(fcl_seg *segs, int n);
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n);
 /* When block idx of f belongs to this host's worker: open its descriptor
  * into the cache now (OpenLocal, unless cached; a miss starts the fetch)
- * and read it ahead, so the read that follows asks nothing. False when
- * another worker owns it (use fcl_prefetch) or the worker failed. */
-bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx);
+ * and read it ahead, so the read that follows asks nothing. With keep, a
+ * descriptor of the block file is the caller's to close (*keep, -1 when
+ * none came). False when another worker owns it (use fcl_prefetch) or the
+ * worker failed. */
+bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx, int *keep);
 /* Ask the owning workers for the first block of each file in inos (opened
  * through the open cache, which then serves the readers' own opens),
  * but for blocks whose short-circuit descriptor is cached. */
@@ -232,6 +246,24 @@ void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n);
 /* Fill a BlockRef (id buffer owned by the caller, 16 bytes). */
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
                   cis_block_id *id);
+
+/* ---- passthrough.c: the kernel reads local block files itself ---- */
+
+/* Route the session's device I/O through the passthrough hooks (after
+ * fuse_session_mount, before the loop). 0 or a negative code. */
+int fcl_pt_attach(fcl *c, struct fuse_session *se);
+/* Count an open of node ino (object version vhash, size bytes) and decide
+ * how the kernel reads it: the backing id to answer with
+ * (fcl_pt_mark_reply), or 0 for the page cache. fd: a file on this host
+ * holding the object's bytes (used only if it has size bytes), or -1;
+ * closed here. *direct: reads must still come to the daemon
+ * (the node passes through to another version). Pair with fcl_pt_release
+ * (also when the reply fails). */
+int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool *direct);
+void fcl_pt_release(fcl *c, uint64_t ino);
+/* The calling thread's next OPEN reply passes through to backing (0: the
+ * mark is cleared). */
+void fcl_pt_mark_reply(int32_t backing);
 
 /* ---- metrics.c ---- */
 

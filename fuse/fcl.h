@@ -44,6 +44,7 @@ typedef struct fcl_opts {
 	int threads;               /* FUSE worker threads at most */
 	bool foreground;
 	bool no_short_circuit; /* read a same-host worker over TCP too */
+	bool no_passthrough;   /* never let the kernel read block files itself */
 	bool debug;
 	char *log_level;
 	char *log_file;  /* where the daemon logs (it has no stderr) */
@@ -86,9 +87,17 @@ size_t fcl_lru_count(fcl_lru *l);
 /* ---- kernel lookup counts (inode.c) ---- */
 
 /* FUSE node ids are master inode ids, so the only per-inode state the
- * client keeps is the kernel's lookup count, and forget removes even that:
- * memory follows what the kernel holds, not what was ever looked up. */
+ * client keeps is the kernel's lookup count and its open files, and forget
+ * (with the last release) removes even that: memory follows what the
+ * kernel holds, not what was ever looked up. */
 typedef struct fcl_inodes fcl_inodes;
+
+/* A node's open files and how the kernel reads them (passthrough.c). */
+typedef struct fcl_io {
+	uint32_t opens;  /* opens answered and not yet released */
+	int32_t backing; /* the backing file they share; 0: none */
+	uint64_t vhash;  /* version of the object the backing file holds */
+} fcl_io;
 
 int fcl_inodes_new(fcl_inodes **out);
 void fcl_inodes_free(fcl_inodes *t);
@@ -97,6 +106,10 @@ int fcl_inodes_ref(fcl_inodes *t, uint64_t ino);
 /* Drop n references; true when the node is now gone (or was unknown). */
 bool fcl_inodes_forget(fcl_inodes *t, uint64_t ino, uint64_t n);
 uint64_t fcl_inodes_lookups(fcl_inodes *t, uint64_t ino);
+/* Call fn on ino's open state under the node's lock (a node the kernel
+ * does not hold gets one too; it goes when neither lookups nor opens are
+ * left). 0, -EINVAL or -ENOMEM (fn not called). */
+int fcl_inodes_with_io(fcl_inodes *t, uint64_t ino, void (*fn)(fcl_io *io, void *arg), void *arg);
 size_t fcl_inodes_count(fcl_inodes *t);
 
 /* ---- metadata caches (meta.c) ---- */

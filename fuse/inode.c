@@ -1,9 +1,10 @@
-/* Kernel lookup counts, keyed by node id (= master inode id). Open
- * addressing with linear probing and backward-shift deletion, in shards so
- * concurrent lookups rarely share a lock. 16 bytes per node the kernel
- * holds; a node the kernel forgets costs nothing, and a shard shrinks when
- * it falls below a quarter full, so memory follows the kernel's working set
- * (bounded by its own inode cache), not the number of names ever seen. */
+/* Kernel lookup counts and open files, keyed by node id (= master inode
+ * id). Open addressing with linear probing and backward-shift deletion, in
+ * shards so concurrent lookups rarely share a lock. 32 bytes per node the
+ * kernel holds or has open; a node the kernel forgets (and no longer has
+ * open) costs nothing, and a shard shrinks when it falls below a quarter
+ * full, so memory follows the kernel's working set (bounded by its own
+ * inode cache), not the number of names ever seen. */
 #include "fcl.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 typedef struct slot {
 	uint64_t ino; /* 0: empty (the master never hands out inode 0) */
 	uint64_t nlookup;
+	fcl_io io;
 } slot;
 
 typedef struct shard {
@@ -113,8 +115,7 @@ int fcl_inodes_ref(fcl_inodes *t, uint64_t ino)
 	}
 	size_t i = do_probe(s, ino, h);
 	if (!s->slots[i].ino) {
-		s->slots[i].ino = ino;
-		s->slots[i].nlookup = 0;
+		s->slots[i] = (slot){.ino = ino};
 		s->n++;
 	}
 	s->slots[i].nlookup++;
@@ -141,9 +142,19 @@ static void do_delete(shard *s, size_t i)
 			i = j;
 		}
 	}
-	s->slots[i].ino = 0;
-	s->slots[i].nlookup = 0;
+	s->slots[i] = (slot){0};
 	s->n--;
+}
+
+/* Caller holds the lock: delete slot i if the kernel neither holds nor has
+ * open its node, and shrink the shard when it is mostly empty. */
+static void do_drop_unused(shard *s, size_t i)
+{
+	if (s->slots[i].nlookup || s->slots[i].io.opens)
+		return;
+	do_delete(s, i);
+	if (s->cap > MIN_SLOTS && s->n * 8 < s->cap)
+		(void)do_resize(s, s->cap / 2); /* on ENOMEM it just stays large */
 }
 
 bool fcl_inodes_forget(fcl_inodes *t, uint64_t ino, uint64_t n)
@@ -162,9 +173,8 @@ bool fcl_inodes_forget(fcl_inodes *t, uint64_t ino, uint64_t n)
 		gone = false;
 		goto out_unlock;
 	}
-	do_delete(s, i);
-	if (s->cap > MIN_SLOTS && s->n * 8 < s->cap)
-		(void)do_resize(s, s->cap / 2); /* on ENOMEM it just stays large */
+	s->slots[i].nlookup = 0;
+	do_drop_unused(s, i);
 out_unlock:
 	pthread_mutex_unlock(&s->lock);
 	return gone;
@@ -192,4 +202,30 @@ size_t fcl_inodes_count(fcl_inodes *t)
 		pthread_mutex_unlock(&t->shards[i].lock);
 	}
 	return n;
+}
+
+int fcl_inodes_with_io(fcl_inodes *t, uint64_t ino, void (*fn)(fcl_io *io, void *arg), void *arg)
+{
+	if (ino == 0)
+		return -EINVAL;
+	uint64_t h;
+	shard *s = shard_of(t, ino, &h);
+	int rc = 0;
+	pthread_mutex_lock(&s->lock);
+	size_t i = s->cap ? do_probe(s, ino, h) : 0;
+	if (s->cap == 0 || !s->slots[i].ino) {
+		if (s->cap == 0 || (s->n + 1) * 4 > s->cap * 3) {
+			rc = do_resize(s, s->cap ? s->cap * 2 : MIN_SLOTS);
+			if (rc)
+				goto out_unlock;
+		}
+		i = do_probe(s, ino, h);
+		s->slots[i] = (slot){.ino = ino};
+		s->n++;
+	}
+	fn(&s->slots[i].io, arg);
+	do_drop_unused(s, i);
+out_unlock:
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }

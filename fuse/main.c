@@ -462,17 +462,29 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Small files are prefetched whole on open. When this host's worker
 	 * owns the block, its descriptor is opened before the reply: the
 	 * read that follows at once then needs no request of its own (it
-	 * would otherwise race this one with a second). */
+	 * would otherwise race this one with a second), or, passing through,
+	 * the kernel reads the block file itself. */
 	bool small = f->size > 0 && f->size <= f->block_size;
 	uint64_t block_size = f->block_size;
 	bool ask_owner = false; /* another worker owns it: Prefetch after the reply */
+	int bfd = -1;
 	if (small) {
 		f->ra.issued_to = 1;
-		ask_owner = !fcl_prefetch_local(c, f, 0);
+		ask_owner = !fcl_prefetch_local(c, f, 0, &bfd);
+	}
+	bool direct;
+	int32_t backing = fcl_pt_open(c, mino, f->vhash, f->size, bfd, &direct);
+	if (backing) {
+		fi->keep_cache = 0; /* the kernel refuses it with passthrough */
+		fi->direct_io = direct;
 	}
 	if (ask_owner)
 		fcl_file_ref(f); /* for the prefetch after the reply */
-	if (fuse_reply_open(req, fi)) {
+	fcl_pt_mark_reply(backing);
+	int failed = fuse_reply_open(req, fi);
+	fcl_pt_mark_reply(0);
+	if (failed) {
+		fcl_pt_release(c, mino);
 		fcl_file_unref(f);
 		if (ask_owner)
 			fcl_file_unref(f);
@@ -562,7 +574,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
+	fcl *c = req_fcl(req);
+	fcl_pt_release(c, to_master(c, ino));
 	fcl_file_unref((fcl_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
@@ -970,6 +983,8 @@ int main(int argc, char **argv)
 		cis_die("cannot install signal handlers");
 	if (fuse_session_mount(se, o.mountpoint))
 		cis_die("%s: mount failed (see the line above)", o.mountpoint);
+	if ((rc = fcl_pt_attach(&c, se)))
+		cis_die("fuse: cannot hook the session's I/O: %s", strerror(-rc));
 	if (fuse_daemonize(o.foreground))
 		cis_die("cannot become a daemon");
 

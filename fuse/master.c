@@ -64,7 +64,12 @@ void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a)
 	if (a->mode == 0)
 		a->mode = a->is_dir ? 0755 : 0644;
 	if (!a->is_dir && in->version && in->version[0])
-		a->vhash = cis_hash64(in->version, strlen(in->version), 0) | 1; /* never 0 */
+		a->vhash = fcl_version_hash(in->version);
+}
+
+uint64_t fcl_version_hash(const char *version)
+{
+	return cis_hash64(version, strlen(version), 0) | 1; /* never 0 */
 }
 
 static void count_call(fcl *c, enum fcl_mop op)
@@ -220,6 +225,7 @@ static fcl_file *file_new(fcl *c, uint64_t ino, const fcl_open_info *oi, char *k
 	f->mount = oi->mount;
 	f->key = key;
 	memcpy(f->version, oi->version, sizeof(f->version));
+	f->vhash = fcl_version_hash(f->version);
 	f->size = oi->size;
 	f->block_size = oi->block_size;
 	pthread_mutex_init(&f->lock, NULL);

@@ -74,6 +74,10 @@ int fcl_stats_init(fcl *c)
 	    s->reg, "cistern_fuse_local_direct_opens_total", NULL,
 	    "Block files opened by the client itself, known from an earlier hand-over by the "
 	    "same worker (no OpenLocal round trip)");
+	s->passthrough_opens = cis_metrics_counter(
+	    s->reg, "cistern_fuse_passthrough_opens_total", NULL,
+	    "Opens the kernel reads straight from a local block file (FUSE passthrough: their "
+	    "reads never reach the daemon)");
 	s->stale_reads = cis_metrics_counter(s->reg, "cistern_fuse_stale_reads_total", NULL,
 	                                     "Reads that found the object changed in the store "
 	                                     "(ESTALE; the next open asks the master)");
@@ -86,8 +90,8 @@ int fcl_stats_init(fcl *c)
 	    "Time reads waited on cache misses (worker fetch or store); _sum is the total", NULL,
 	    0);
 	ok = ok && s->failovers && s->store_errors && s->erofs && s->prefetch_blocks && s->opens &&
-	     s->open_cache_hits && s->direct_opens && s->stale_reads && s->master_errors &&
-	     s->read_seconds && s->stall_seconds;
+	     s->open_cache_hits && s->direct_opens && s->passthrough_opens && s->stale_reads &&
+	     s->master_errors && s->read_seconds && s->stall_seconds;
 	ok = ok &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_inodes", NULL,
 	                          "Nodes the kernel holds a lookup on", gauge_inodes, c) == 0 &&

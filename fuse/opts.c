@@ -32,6 +32,8 @@ void fcl_opts_usage(FILE *out)
 	      "  --threads N             FUSE threads at most (default 16)\n"
 	      "  --log-level L           debug, info, warn, error (default info)\n"
 	      "  --no-short-circuit      read a worker on this host over TCP, not its socket\n"
+	      "  --no-passthrough        read local block files through the daemon, never\n"
+	      "                          letting the kernel read them itself\n"
 	      "  --log-file PATH         append the log here (a daemon has no stderr)\n"
 	      "  -o OPT[,OPT...]         the keys above with '_' or '-', or FUSE mount options\n"
 	      "                          (allow_other, default_permissions, ro, ...)\n"
@@ -72,6 +74,18 @@ static int parse_u64(const char *name, const char *v, uint64_t min, uint64_t max
 		                name, (unsigned long long)min, (unsigned long long)max, v);
 	*out = n;
 	return 0;
+}
+
+/* One of our switches (options without a value). */
+static bool set_switch(fcl_opts *o, const char *name)
+{
+	if (strcmp(name, "no-short-circuit") == 0)
+		o->no_short_circuit = true;
+	else if (strcmp(name, "no-passthrough") == 0)
+		o->no_passthrough = true;
+	else
+		return false;
+	return true;
 }
 
 /* One of our keys (name normalised to dashes). 1 if name is not ours. */
@@ -130,10 +144,8 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 	}
 	if (strcmp(name, "log-level") == 0)
 		return set_str(&o->log_level, v);
-	if (strcmp(name, "no-short-circuit") == 0) {
-		o->no_short_circuit = true;
+	if (set_switch(o, name))
 		return 0;
-	}
 	if (strcmp(name, "log-file") == 0)
 		return set_str(&o->log_file, v);
 	return 1;
@@ -256,10 +268,8 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 				o->foreground = true;
 				continue;
 			}
-			if (strcmp(name, "no-short-circuit") == 0) {
-				o->no_short_circuit = true;
+			if (set_switch(o, name))
 				continue;
-			}
 			if (!v) {
 				rc = cis_fail(em, -CIS_E_CONFIG, "--%s: missing value", name);
 				goto out;

@@ -310,9 +310,10 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 /* A block of this host's worker needs no Prefetch RPC: start reading its
  * file into the page cache through its descriptor, the cached one or (ask)
  * one opened now with OpenLocal, which also starts the fetch of a block the
- * worker lacks. False when the worker is not on this host, or has to be
- * asked (!ask), or failed. */
-static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool ask)
+ * worker lacks. The descriptor goes to *keep when keep is not NULL. False when the worker is not on this host, or has
+ * to be asked (!ask), or failed. */
+static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool ask,
+                           int *keep)
 {
 	if (!w->local || (!ask && !fcl_local_cached(c, w, ref)) || worker_down(c, w->id))
 		return false;
@@ -326,14 +327,19 @@ static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref
 	if (waited >= LOCAL_STALL_NS)
 		cis_histogram_observe(c->stats.stall_seconds, (double)waited / 1e9);
 	(void)posix_fadvise(fd, 0, (off_t)blen, POSIX_FADV_WILLNEED);
-	close(fd);
+	if (keep)
+		*keep = fd;
+	else
+		close(fd);
 	return true;
 }
 
-bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx)
+bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx, int *keep)
 {
 	fcl_wlist *wl = fcl_workers_get(c);
 	bool done = false;
+	if (keep)
+		*keep = -1;
 	if (wl->n) {
 		Cis__BlockRef ref;
 		uint8_t idbuf[16];
@@ -341,7 +347,7 @@ bool fcl_prefetch_local(fcl *c, fcl_file *f, uint64_t idx)
 		size_t owner;
 		fcl_blockref(f, idx, &ref, idbuf, &id);
 		block_order(f, idx, id, wl, &owner, 1);
-		done = local_willneed(c, &wl->w[owner], &ref, true);
+		done = local_willneed(c, &wl->w[owner], &ref, true, keep);
 	}
 	fcl_workers_put(c, wl);
 	return done;
@@ -392,7 +398,7 @@ void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 		cis_block_id id;
 		fcl_blockref(f, first + i, &refs[i], ids[i], &id);
 		block_order(f, first + i, id, wl, &owner[i], 1);
-		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i], false);
+		sent[i] = local_willneed(c, &wl->w[owner[i]], &refs[i], false, NULL);
 	}
 	send_by_owner(c, wl, refs, ptrs, owner, sent, n);
 out_free:

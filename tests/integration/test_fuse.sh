@@ -12,6 +12,9 @@
 #    of the workers' cache;
 #  - a small file costs one worker request; leases are released in batches;
 #    small files opened in listing order get the next ones prefetched;
+#  - FUSE passthrough: local small files are read by the kernel from the
+#    block files (no daemon reads, mmap too); an object replaced under an
+#    open reader; --no-passthrough;
 #  - start-up errors (missing, already mounted, unreachable master) are one
 #    clear line and exit 1; the mount.fuse3 argument form works; SIGTERM
 #    unmounts cleanly.
@@ -268,6 +271,74 @@ small_pass
 assert_eq "$ol $do" "0 200" "OpenLocal requests and direct opens once the restarted worker handed the blocks over"
 unmount_fuse "$MNT5"
 wait_for 10 leases_at_most 0
+
+# --- passthrough --------------------------------------------------------------------
+# Where the kernel can pass through (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH), a
+# small file whose block is on this host's worker is read by the kernel
+# straight from the block file: no read reaches the daemon. A node keeps one
+# way of reading while any open of it lasts: an object replaced under an
+# open reader is read by new opens through the daemon (new bytes) while the
+# old reader keeps its version; the next open after it passes through again.
+log "passthrough: the kernel reads local small files itself"
+pt_kernel=no
+if [ -r /proc/config.gz ]; then
+	zcat /proc/config.gz | grep -q '^CONFIG_FUSE_PASSTHROUGH=y' && pt_kernel=yes
+else
+	IFS=. read -r kmaj kmin _ <<<"$(uname -r)"
+	[ "$kmaj" -gt 6 ] || { [ "$kmaj" -eq 6 ] && [ "${kmin%%[!0-9]*}" -ge 9 ]; } && pt_kernel=yes
+fi
+PT="$CIS_TMP/pt"
+mkdir -p "$PT"
+for i in $(seq -w 1 50); do head -c $((4096 + 10#$i * 997)) /dev/urandom >"$PT/f$i"; done
+"${CLI[@]}" mount /pt "file://$PT" >/dev/null || fail "cistern mount /pt"
+MNT7="$CIS_TMP/mnt7"
+mount_fuse "$MNT7" --root /pt --attr-timeout 1 --entry-timeout 1
+pt_metric=cistern_fuse_passthrough_opens_total
+sc_metric='cistern_fuse_block_reads_total{path="short_circuit"}'
+pt0=$(metric $pt_metric)
+sc0=$(metric "$sc_metric")
+want=$(cd "$PT" && sha256sum f*)
+[ "$(cd "$MNT7" && sha256sum f*)" = "$want" ] || fail "passthrough: checksums differ (cold)"
+echo 1 >/proc/sys/vm/drop_caches
+[ "$(cd "$MNT7" && sha256sum f*)" = "$want" ] || fail "passthrough: checksums differ (warm)"
+python3 -c 'import mmap, sys
+with open(sys.argv[1], "rb") as f:
+    sys.stdout.buffer.write(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)[:])' "$MNT7/f01" |
+	cmp - "$PT/f01" || fail "passthrough: mmap read other bytes"
+pt=$(($(metric $pt_metric) - pt0))
+sc=$(($(metric "$sc_metric") - sc0))
+log "kernel passthrough: $pt_kernel; passthrough opens $pt, block reads by the daemon $sc"
+if [ "$pt_kernel" = yes ]; then
+	assert_eq "$pt $sc" "101 0" "passthrough opens and daemon block reads, 101 opens of small files"
+	exec 7<"$MNT7/f01"
+	old=$(sha256sum <"$PT/f01" | cut -d' ' -f1)
+	head -c 7777 /dev/urandom >"$CIS_TMP/f01.new"
+	touch -d '+1 minute' "$CIS_TMP/f01.new"
+	new=$(sha256sum <"$CIS_TMP/f01.new" | cut -d' ' -f1)
+	mv "$CIS_TMP/f01.new" "$PT/f01"
+	"${CLI[@]}" sync /pt >/dev/null || fail "cistern sync /pt"
+	for _ in $(seq 50); do # the old attributes last 1 s
+		got=$(sha256sum <"$MNT7/f01" | cut -d' ' -f1)
+		[ "$got" = "$new" ] && break
+		[ "$got" = "$old" ] || fail "passthrough: a read of the replaced object saw a mix"
+		sleep 0.2
+	done
+	assert_eq "$got" "$new" "a new open of an object replaced under an open reader"
+	assert_eq "$(sha256sum <&7 | cut -d' ' -f1)" "$old" "the open reader's version"
+	exec 7<&-
+	pt0=$(metric $pt_metric)
+	cmp "$PT/f01" "$MNT7/f01" || fail "passthrough: the replaced object after the last close"
+	assert_eq $(($(metric $pt_metric) - pt0)) 1 "passthrough opens once the old reader closed"
+else
+	assert_eq "$pt" 0 "passthrough opens on a kernel without passthrough"
+fi
+unmount_fuse "$MNT7"
+MNT8="$CIS_TMP/mnt8"
+mount_fuse "$MNT8" --root /pt --no-passthrough
+[ "$(cd "$MNT8" && sha256sum f*)" = "$(cd "$PT" && sha256sum f*)" ] || fail "--no-passthrough: checksums differ"
+assert_eq "$(metric $pt_metric)" 0 "passthrough opens with --no-passthrough"
+[ "$(metric "$sc_metric")" -ge 50 ] || fail "--no-passthrough: the daemon read fewer than 50 blocks"
+unmount_fuse "$MNT8"
 
 # --- directory readahead ------------------------------------------------------------
 # Small files opened in listing order get the next ones prefetched; a

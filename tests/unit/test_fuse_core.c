@@ -38,6 +38,46 @@ Test(fuse_inode, counts_and_forget)
 	fcl_inodes_free(t);
 }
 
+static void io_open(fcl_io *io, void *arg)
+{
+	io->opens++;
+	io->backing = *(int32_t *)arg;
+}
+
+static void io_close(fcl_io *io, void *arg)
+{
+	*(int32_t *)arg = io->backing;
+	if (--io->opens == 0)
+		io->backing = 0;
+}
+
+/* A node's open state outlives the kernel's forget while files stay open
+ * (the state decides how the next open of it is read), and goes with the
+ * last release. */
+Test(fuse_inode, open_state_until_last_release)
+{
+	fcl_inodes *t;
+	int32_t backing = 5, seen = 0;
+	cr_assert_eq(fcl_inodes_new(&t), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 42), 0);
+	cr_assert_eq(fcl_inodes_with_io(t, 42, io_open, &backing), 0);
+	cr_assert_eq(fcl_inodes_with_io(t, 42, io_open, &backing), 0);
+	cr_assert(fcl_inodes_forget(t, 42, 1)); /* no lookups left... */
+	cr_assert_eq(fcl_inodes_count(t), 1);   /* ...but two opens */
+	cr_assert_eq(fcl_inodes_with_io(t, 42, io_close, &seen), 0);
+	cr_assert_eq(seen, 5);
+	cr_assert_eq(fcl_inodes_count(t), 1);
+	cr_assert_eq(fcl_inodes_with_io(t, 42, io_close, &seen), 0);
+	cr_assert_eq(fcl_inodes_count(t), 0);
+	/* A node the kernel looked up and opened keeps its lookups. */
+	cr_assert_eq(fcl_inodes_ref(t, 7), 0);
+	cr_assert_eq(fcl_inodes_with_io(t, 7, io_open, &backing), 0);
+	cr_assert_eq(fcl_inodes_with_io(t, 7, io_close, &seen), 0);
+	cr_assert_eq(fcl_inodes_lookups(t, 7), 1);
+	cr_assert_eq(fcl_inodes_with_io(t, 0, io_open, &backing), -EINVAL);
+	fcl_inodes_free(t);
+}
+
 /* Memory follows what the kernel holds: a million lookups, each forgotten,
  * leave nothing behind, and every survivor keeps its own count through the
  * deletions' backward shifts. */
@@ -418,8 +458,9 @@ Test(fuse_opts, flags_form)
 	                      "2.5",
 	                      "-o",
 	                      "allow_other,entry_timeout=7",
-	                      "-f"};
-	cr_assert_eq(parse(&o, &em, 10, argv), 0, "%s", em.text);
+	                      "-f",
+	                      "--no-passthrough"};
+	cr_assert_eq(parse(&o, &em, 11, argv), 0, "%s", em.text);
 	cr_assert_str_eq(o.mountpoint, "/mnt/x");
 	cr_assert_str_eq(o.master, "10.0.0.1:19600");
 	cr_assert_str_eq(o.root, "/data");
@@ -427,6 +468,8 @@ Test(fuse_opts, flags_form)
 	cr_assert_float_eq(o.entry_timeout, 7, 1e-9);
 	cr_assert_str_eq(o.fuse_opts, "allow_other");
 	cr_assert(o.foreground);
+	cr_assert(o.no_passthrough);
+	cr_assert_not(o.no_short_circuit);
 	cr_assert_eq(o.http_port, 19621);
 	fcl_opts_free(&o);
 }
@@ -455,6 +498,7 @@ Test(fuse_opts, mount_helper_form)
 	cr_assert_str_eq(o.master, "h:1");
 	cr_assert_null(o.fuse_opts);
 	cr_assert(o.no_short_circuit);
+	cr_assert_not(o.no_passthrough);
 	cr_assert_str_eq(o.log_file, "/var/log/c.log");
 	fcl_opts_free(&o);
 
