@@ -21,7 +21,13 @@
  * restarted worker verifies its blocks again before serving them) and the
  * path still leads to the same inode (block files are never rewritten in
  * place; a block fetched again is a new file). No lease protects such a
- * descriptor: an evicted file stays readable until it is closed. */
+ * descriptor: an evicted file stays readable until it is closed.
+ *
+ * Reads through these descriptors never reach the worker, whose eviction
+ * order must still see them (a hot set read only this way would look cold
+ * and go first). A lease renewal counts as a use there; a block opened
+ * directly is reported with a Touch when it is opened and, while it stays
+ * in use, as often as a lease would be renewed, in the tick's batches. */
 #include "client.h"
 
 #include <errno.h>
@@ -85,6 +91,7 @@ struct fcl_local {
 	pthread_mutex_t lock; /* makes get+dup atomic against eviction */
 	lease_queue renew;    /* under lock */
 	lease_queue release;  /* under lock */
+	lease_queue touch;    /* under lock: uses of directly opened blocks */
 	fcl_lru *known;       /* under lock */
 	char *dirs[KNOWN_DIRS];
 	size_t ndirs; /* under lock; entries are never removed */
@@ -165,7 +172,31 @@ static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, const lease_it
 	return 0;
 }
 
-/* Queue a renewal or release; false when out of memory. Under lock. */
+/* Report uses of the blocks of items[0..n) (the ids in their keys). */
+static int touch_call(fcl *c, const fcl_worker *w, const lease_item *items, size_t n)
+{
+	cis_rpc_client *cl = fcl_remote_client(c, w, true);
+	ProtobufCBinaryData *ids = malloc(n * sizeof(*ids));
+	if (!cl || !ids) {
+		free(ids);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		ids[i] = (ProtobufCBinaryData){.len = 16, .data = (uint8_t *)items[i].key};
+	Cis__TouchRequest req = CIS__TOUCH_REQUEST__INIT;
+	req.ids = ids;
+	req.n_ids = n;
+	cis_rpc_result res;
+	memset(&res, 0, sizeof(res));
+	res.fd = -1;
+	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_TOUCH, &req.base, NULL, 0, &res, 5000, NULL);
+	free(ids);
+	if (rc == 0)
+		cis_rpc_result_free(&res);
+	return rc;
+}
+
+/* Queue a renewal, release or touch; false when out of memory. Under lock. */
 static bool queue_lease(lease_queue *q, const fcl_worker *w, uint64_t lease_id,
                         const uint8_t key[24])
 {
@@ -195,8 +226,9 @@ static void free_queue(lease_queue *q)
 	*q = (lease_queue){0};
 }
 
-/* Send a queue, LEASE_BATCH leases a request. A worker that does not
- * answer lets releases lapse; its renewals are tried again by later uses. */
+/* Send a queue, LEASE_BATCH items a request. A worker that does not
+ * answer lets releases lapse; its renewals and touches are tried again by
+ * later uses. */
 static void flush_queue(fcl *c, lease_queue *q, uint16_t type)
 {
 	pthread_mutex_lock(&c->local->lock);
@@ -209,7 +241,10 @@ static void flush_queue(fcl *c, lease_queue *q, uint16_t type)
 		size_t total = b->items.len / sizeof(*items);
 		for (size_t at = 0; at < total; at += LEASE_BATCH) {
 			size_t n = total - at < LEASE_BATCH ? total - at : LEASE_BATCH;
-			(void)lease_call(c, &b->w, type, items + at, n);
+			if (type == CIS_MSG_WORKER_TOUCH)
+				(void)touch_call(c, &b->w, items + at, n);
+			else
+				(void)lease_call(c, &b->w, type, items + at, n);
 		}
 	}
 	free_queue(&took);
@@ -240,6 +275,7 @@ void fcl_local_free(fcl_local *l)
 		close(e.fd);
 	free_queue(&l->renew);
 	free_queue(&l->release);
+	free_queue(&l->touch);
 	fcl_lru_free(l->lru);
 	fcl_lru_free(l->known);
 	for (size_t i = 0; i < l->ndirs; i++)
@@ -337,6 +373,9 @@ static bool open_known(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, co
 		(void)posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL);
 		*e = (lent){.fd = d, .len = kn.len, .lease_ms = KNOWN_IDLE_MS, .w = *w};
 		cis_counter_inc(c->stats.direct_opens);
+		pthread_mutex_lock(&l->lock);
+		(void)queue_lease(&l->touch, w, 0, k); /* a lost touch only ages the block */
+		pthread_mutex_unlock(&l->lock);
 		return true;
 	}
 	if (d >= 0)
@@ -429,11 +468,11 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
 			lent claimed = e;
 			claimed.lease_until_ms = now + e.lease_ms;
 			(void)fcl_lru_put(l->lru, k, klen, &claimed, NULL, NULL);
-			if (e.lease_id) /* else opened directly: no lease */
-				queued = queue_lease(&l->renew, w, e.lease_id, k);
+			queued = e.lease_id ? queue_lease(&l->renew, w, e.lease_id, k)
+			                    : queue_lease(&l->touch, w, 0, k); /* opened directly */
 		}
 		pthread_mutex_unlock(&l->lock);
-		if (!queued) {
+		if (!queued && e.lease_id) {
 			lease_item it = {.lease_id = e.lease_id};
 			memcpy(it.key, k, sizeof(it.key));
 			(void)lease_call(c, w, CIS_MSG_WORKER_RENEW_LOCAL, &it, 1);
@@ -532,6 +571,7 @@ static void release_lapsed(fcl *c, uint64_t now)
 void fcl_local_tick(fcl *c)
 {
 	flush_queue(c, &c->local->renew, CIS_MSG_WORKER_RENEW_LOCAL);
+	flush_queue(c, &c->local->touch, CIS_MSG_WORKER_TOUCH);
 	release_lapsed(c, cis_mono_ms());
 	flush_queue(c, &c->local->release, CIS_MSG_WORKER_RELEASE_LOCAL);
 }

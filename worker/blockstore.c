@@ -543,6 +543,13 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	return 0;
 }
 
+/* Caller holds bs->mu. */
+static void do_touch(wrk_bs *bs, wrk_block *b)
+{
+	wrk_slru_touch(&bs->dirs[b->dir].lru, &b->lru);
+	b->atime_s = now_s();
+}
+
 int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info)
 {
 	wrk_block *b;
@@ -554,10 +561,8 @@ int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info)
 		return -ENOENT;
 	}
 	b->refs++;
-	if (touch) {
-		wrk_slru_touch(&bs->dirs[b->dir].lru, &b->lru);
-		b->atime_s = now_s();
-	}
+	if (touch)
+		do_touch(bs, b);
 	info->blk = b;
 	info->dir = b->dir;
 	info->len = b->len;
@@ -567,6 +572,23 @@ int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info)
 	block_path(bs->dirs[b->dir].path, id, info->path, sizeof(info->path));
 	pthread_mutex_unlock(&bs->mu);
 	return 0;
+}
+
+int wrk_bs_touch(wrk_bs *bs, cis_block_id id)
+{
+	pthread_mutex_lock(&bs->mu);
+	wrk_block *b = do_find(bs, id);
+	if (b)
+		do_touch(bs, b);
+	pthread_mutex_unlock(&bs->mu);
+	return b ? 0 : -ENOENT;
+}
+
+void wrk_bs_touch_held(wrk_bs *bs, wrk_block *b)
+{
+	pthread_mutex_lock(&bs->mu);
+	do_touch(bs, b);
+	pthread_mutex_unlock(&bs->mu);
 }
 
 bool wrk_bs_has(wrk_bs *bs, cis_block_id id)

@@ -114,6 +114,8 @@ int wrk_lease_renew(wrk_leases *l, uint64_t lease_id, uint32_t ms, int owner_uid
 	pthread_mutex_lock(&l->mu);
 	for (lease *e = l->table[lease_id % LEASE_BUCKETS]; e; e = e->next)
 		if (e->id == lease_id && e->owner_uid == owner_uid) {
+			/* Renewed: its holder is reading the block. */
+			wrk_bs_touch_held(l->w->bs, e->blk);
 			e->expiry_ms = cis_mono_ms() + clamp_ms(ms);
 			if (e->expiry_ms < l->next_expiry_ms)
 				l->next_expiry_ms = e->expiry_ms; /* a renewal may shorten it */

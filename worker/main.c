@@ -83,7 +83,7 @@ static void metrics_init(wrk *w)
 
 	static const char *const types[WRK_REQUEST_TYPES + 1] = {
 	    "read_block", "open_local", "release_local", "renew_local", "prefetch", "load",
-	    "replicate",  "free",       "pin",           "stat",        "other"};
+	    "replicate",  "free",       "pin",           "stat",        "touch",    "other"};
 	for (int i = 0; i <= WRK_REQUEST_TYPES; i++) {
 		char label[48];
 		snprintf(label, sizeof(label), "type=\"%s\"", types[i]);

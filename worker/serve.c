@@ -506,6 +506,23 @@ static void handle_free(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static void handle_touch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg)
+{
+	UNPACK(Cis__TouchRequest, cis__touch_request__descriptor);
+	Cis__TouchReply r = CIS__TOUCH_REPLY__INIT;
+
+	for (size_t i = 0; i < req->n_ids; i++) {
+		cis_block_id id;
+
+		if (wrk_id_from_bytes(&req->ids[i], &id) < 0 || wrk_bs_touch(w->bs, id) < 0)
+			r.absent++;
+		else
+			r.touched++;
+	}
+	cis_rpc_reply(conn, hdr, &r.base, 0);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 static void handle_pin(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg)
 {
 	UNPACK(Cis__PinRequest, cis__pin_request__descriptor);
@@ -585,6 +602,9 @@ void wrk_serve_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, 
 		break;
 	case CIS_MSG_WORKER_STAT:
 		handle_stat(w, conn, hdr);
+		break;
+	case CIS_MSG_WORKER_TOUCH:
+		handle_touch(w, conn, hdr, msg);
 		break;
 	default:
 		bad_request(w, conn, hdr, "unknown message type");

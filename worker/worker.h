@@ -77,7 +77,7 @@ int wrk_id_from_bytes(const ProtobufCBinaryData *b, cis_block_id *out);
 
 /* ---- metrics ---- */
 
-#define WRK_REQUEST_TYPES 10 /* CIS_MSG_WORKER_READ_BLOCK .. CIS_MSG_WORKER_STAT */
+#define WRK_REQUEST_TYPES 11 /* CIS_MSG_WORKER_READ_BLOCK .. CIS_MSG_WORKER_TOUCH */
 
 typedef struct wrk_metrics {
 	cis_counter *hits, *misses;
@@ -157,6 +157,11 @@ void wrk_bs_close(wrk_bs *bs);
 int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info);
 void wrk_bs_release(wrk_bs *bs, wrk_block *b);
 bool wrk_bs_has(wrk_bs *bs, cis_block_id id);
+/* A use of a block nobody asked the worker for (a client read it through a
+ * descriptor it holds): mark it recently used. 0 or -ENOENT. */
+int wrk_bs_touch(wrk_bs *bs, cis_block_id id);
+/* The same for a block the caller holds a reference on (info.blk). */
+void wrk_bs_touch_held(wrk_bs *bs, wrk_block *b);
 
 /* Reserve len bytes in the writable dir with the most free space, evicting
  * down to the low watermark as needed. 0 with *dir set, or -ENOSPC. */

@@ -12,7 +12,7 @@ static const ProtobufCMessageDescriptor *const descs[] = {
     &cis__lease_request__descriptor,      &cis__prefetch_request__descriptor,
     &cis__load_request__descriptor,       &cis__replicate_request__descriptor,
     &cis__free_request__descriptor,       &cis__pin_request__descriptor,
-    &cis__read_block_reply__descriptor,
+    &cis__read_block_reply__descriptor,   &cis__touch_request__descriptor,
 };
 
 static void check_ref(const Cis__BlockRef *p)
@@ -63,6 +63,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)wrk_id_from_bytes(&r->ids[i], &id);
 	} else if (d == &cis__pin_request__descriptor) {
 		Cis__PinRequest *r = (Cis__PinRequest *)m;
+
+		for (size_t i = 0; i < r->n_ids; i++)
+			(void)wrk_id_from_bytes(&r->ids[i], &id);
+	} else if (d == &cis__touch_request__descriptor) {
+		Cis__TouchRequest *r = (Cis__TouchRequest *)m;
 
 		for (size_t i = 0; i < r->n_ids; i++)
 			(void)wrk_id_from_bytes(&r->ids[i], &id);

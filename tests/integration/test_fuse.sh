@@ -11,6 +11,7 @@
 #  - writes of every kind get EROFS and a log line; statfs gives the size
 #    of the workers' cache;
 #  - a small file costs one worker request; leases are released in batches;
+#    block files the client opens itself are reported to the worker as uses;
 #    small files opened in listing order get the next ones prefetched;
 #  - FUSE passthrough: local small files are read by the kernel from the
 #    block files (no daemon reads, mmap too); an object replaced under an
@@ -249,10 +250,16 @@ small_pass() {
 	ol=$(($(wmetric a 'cistern_worker_requests_total{type="open_local"}') - ol0))
 	do=$(($(metric cistern_fuse_local_direct_opens_total) - do0))
 }
+touches() { wmetric a 'cistern_worker_requests_total{type="touch"}'; }
+touched_since() { [ "$(touches)" -gt "$1" ]; }
+tc0=$(touches)
 small_pass
 # Every block file is known: the client opens each itself (the 16 still
 # cached from the first pass are pushed out by the 184 before them).
 assert_eq "$ol $do" "0 200" "OpenLocal requests and direct opens, second pass"
+# The worker still learns of those reads, for its eviction order: the
+# client reports them (Touch) in its 2 s batches.
+wait_for 10 touched_since "$tc0"
 
 log "a restarted worker hands its blocks over again before they are opened directly"
 kill -9 "$WPID_a"

@@ -138,6 +138,28 @@ Test(worker_blockstore, eviction_spares_pinned_and_in_use)
 	wrk_bs_close(bs);
 }
 
+/* Blocks a client reads through descriptors it holds are reported as uses
+ * (Touch): they move to the protected segment, and a scan of new blocks
+ * then evicts the scan, not them. Untouched, the same blocks would be the
+ * oldest and go first. */
+Test(worker_blockstore, touched_blocks_survive_a_scan)
+{
+	wrk_bs *bs = open_bs(1000);
+
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
+	for (int i = 4; i < 12; i++) /* 800 bytes of a scan: past the high mark */
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int i = 0; i < 4; i++)
+		cr_assert(wrk_bs_has(bs, bid(i)), "touched block %d evicted by a scan", i);
+	cr_assert(!wrk_bs_has(bs, bid(4)), "the scan's oldest block kept");
+	cr_assert_leq(used(bs), 900);
+	cr_assert_eq(wrk_bs_touch(bs, bid(99)), -ENOENT);
+	wrk_bs_close(bs);
+}
+
 Test(worker_blockstore, full_of_pinned_blocks_is_enospc)
 {
 	wrk_bs *bs = open_bs(300);

@@ -17,13 +17,23 @@ void wrk_bs_release(wrk_bs *bs, wrk_block *b)
 	last_released = b;
 }
 
+/* Renewals count as uses of the block. */
+static int touched;
+
+void wrk_bs_touch_held(wrk_bs *bs, wrk_block *b)
+{
+	(void)bs;
+	(void)b;
+	touched++;
+}
+
 static wrk w;
 
 static wrk_leases *leases(void)
 {
 	wrk_leases *l = NULL;
 
-	released = 0;
+	released = touched = 0;
 	cr_assert_eq(wrk_leases_new(&w, &l), 0);
 	return l;
 }
@@ -38,6 +48,7 @@ Test(worker_lease, owner_renews_and_releases)
 	cr_assert_eq(granted, 5000);
 	cr_assert_eq(wrk_leases_count(l), 1);
 	cr_assert_eq(wrk_lease_renew(l, id, 7000, 1000), 7000);
+	cr_assert_eq(touched, 1, "a renewal is a use of the block");
 	cr_assert_eq(wrk_lease_release(l, id, 1000), 0);
 	cr_assert_eq(released, 1);
 	cr_assert_eq(last_released, blk);
@@ -55,6 +66,7 @@ Test(worker_lease, other_users_cannot_touch_it)
 	cr_assert_eq(wrk_lease_add(l, (wrk_block *)&w, 0, 1000, &id, &granted), 0);
 	cr_assert_eq(granted, WRK_DEFAULT_LEASE);
 	cr_assert_eq(wrk_lease_renew(l, id, 5000, 1001), -ENOENT);
+	cr_assert_eq(touched, 0);
 	cr_assert_eq(wrk_lease_release(l, id, 1001), -ENOENT);
 	cr_assert_eq(wrk_lease_release(l, id, 0), -ENOENT, "root is not the owner either");
 	cr_assert_eq(wrk_lease_release(l, id, -1), -ENOENT, "nor a TCP connection");

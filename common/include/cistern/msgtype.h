@@ -33,6 +33,7 @@ enum cis_msgtype {
 	CIS_MSG_WORKER_FREE = 207,          /* FreeRequest -> FreeReply */
 	CIS_MSG_WORKER_PIN = 208,           /* PinRequest -> PinReply */
 	CIS_MSG_WORKER_STAT = 209,          /* StatRequest -> StatReply */
+	CIS_MSG_WORKER_TOUCH = 210,         /* TouchRequest -> TouchReply */
 };
 
 #endif
