@@ -310,8 +310,9 @@ int fcl_read(fcl *c, fcl_file *f, uint64_t off, size_t size, fcl_seg *segs, int 
 /* A block of this host's worker needs no Prefetch RPC: start reading its
  * file into the page cache through its descriptor, the cached one or (ask)
  * one opened now with OpenLocal, which also starts the fetch of a block the
- * worker lacks. The descriptor goes to *keep when keep is not NULL. False when the worker is not on this host, or has
- * to be asked (!ask), or failed. */
+ * worker lacks. The descriptor goes to *keep when keep is not NULL. False
+ * when the worker is not on this host, or has to be asked (!ask), or
+ * failed. */
 static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, bool ask,
                            int *keep)
 {
