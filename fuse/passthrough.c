@@ -97,14 +97,21 @@ static ssize_t hook_read(int fd, void *buf, size_t len, void *userdata)
 static void patch_init(fcl *c, struct iovec *arg)
 {
 	struct fuse_init_out *out = arg->iov_base;
-	if (arg->iov_len < PT_INIT_STACK_DEPTH + 4 || !c->pt.offered || c->opts->no_passthrough ||
-	    (out->flags & FUSE_WRITEBACK_CACHE))
+	if (c->opts->no_passthrough)
 		return;
+	if (arg->iov_len < PT_INIT_STACK_DEPTH + 4 || !c->pt.offered ||
+	    (out->flags & FUSE_WRITEBACK_CACHE)) {
+		cis_info("no passthrough: every read goes through cistern-fuse", "why=\"%s\"",
+		         "the kernel does not offer it (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH)");
+		return;
+	}
 	uint32_t depth = PT_MAX_STACK_DEPTH;
 	out->flags |= FUSE_INIT_EXT;
 	out->flags2 |= (uint32_t)(PT_FUSE_PASSTHROUGH >> 32);
 	memcpy((char *)out + PT_INIT_STACK_DEPTH, &depth, sizeof(depth));
 	__atomic_store_n(&c->pt.on, true, __ATOMIC_RELEASE);
+	cis_info("passthrough on: the kernel reads small files of this host's worker itself",
+	         "max_stack_depth=%d", PT_MAX_STACK_DEPTH);
 }
 
 static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)

@@ -316,6 +316,7 @@ pt=$(($(metric $pt_metric) - pt0))
 sc=$(($(metric "$sc_metric") - sc0))
 log "kernel passthrough: $pt_kernel; passthrough opens $pt, block reads by the daemon $sc"
 if [ "$pt_kernel" = yes ]; then
+	grep -q "passthrough on" "$FLOG" || fail "passthrough: no 'passthrough on' in $FLOG"
 	assert_eq "$pt $sc" "101 0" "passthrough opens and daemon block reads, 101 opens of small files"
 	exec 7<"$MNT7/f01"
 	old=$(sha256sum <"$PT/f01" | cut -d' ' -f1)
@@ -337,6 +338,7 @@ if [ "$pt_kernel" = yes ]; then
 	cmp "$PT/f01" "$MNT7/f01" || fail "passthrough: the replaced object after the last close"
 	assert_eq $(($(metric $pt_metric) - pt0)) 1 "passthrough opens once the old reader closed"
 else
+	grep -q "no passthrough" "$FLOG" || fail "passthrough: no 'no passthrough' line in $FLOG"
 	assert_eq "$pt" 0 "passthrough opens on a kernel without passthrough"
 fi
 unmount_fuse "$MNT7"
@@ -344,6 +346,7 @@ MNT8="$CIS_TMP/mnt8"
 mount_fuse "$MNT8" --root /pt --no-passthrough
 [ "$(cd "$MNT8" && sha256sum f*)" = "$(cd "$PT" && sha256sum f*)" ] || fail "--no-passthrough: checksums differ"
 assert_eq "$(metric $pt_metric)" 0 "passthrough opens with --no-passthrough"
+grep -q "passthrough on" "$FLOG" && fail "--no-passthrough: the log says passthrough on"
 [ "$(metric "$sc_metric")" -ge 50 ] || fail "--no-passthrough: the daemon read fewer than 50 blocks"
 unmount_fuse "$MNT8"
 
