@@ -210,6 +210,10 @@ cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock);
  * back. */
 int fcl_remote_read(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, uint64_t off, size_t len,
                     char *buf, bool *cached, cis_errmsg *em);
+/* A request whose reply says nothing the caller needs (Prefetch, Touch):
+ * sent over w's socket when w is on this host, else TCP; 0 once answered. */
+int fcl_remote_notify(fcl *c, const fcl_worker *w, uint16_t type, const ProtobufCMessage *msg,
+                      cis_errmsg *em);
 /* Fire and forget. */
 int fcl_remote_prefetch(fcl *c, const fcl_worker *w, Cis__BlockRef **refs, size_t n,
                         cis_errmsg *em);

@@ -100,26 +100,39 @@ static int do_resize(shard *s, size_t newcap)
 	return 0;
 }
 
+/* Caller holds the shard lock. The slot of ino in *at, added (empty) if
+ * missing, growing the shard first when it is three quarters full. 0 or
+ * -ENOMEM. */
+static int do_slot(shard *s, uint64_t ino, uint64_t h, size_t *at)
+{
+	size_t i = s->cap ? do_probe(s, ino, h) : 0;
+	if (s->cap && s->slots[i].ino) {
+		*at = i;
+		return 0;
+	}
+	if (s->cap == 0 || (s->n + 1) * 4 > s->cap * 3) {
+		int rc = do_resize(s, s->cap ? s->cap * 2 : MIN_SLOTS);
+		if (rc)
+			return rc;
+		i = do_probe(s, ino, h);
+	}
+	s->slots[i] = (slot){.ino = ino};
+	s->n++;
+	*at = i;
+	return 0;
+}
+
 int fcl_inodes_ref(fcl_inodes *t, uint64_t ino)
 {
 	if (ino == 0)
 		return -EINVAL;
 	uint64_t h;
+	size_t i;
 	shard *s = shard_of(t, ino, &h);
-	int rc = 0;
 	pthread_mutex_lock(&s->lock);
-	if (s->cap == 0 || (s->n + 1) * 4 > s->cap * 3) {
-		rc = do_resize(s, s->cap ? s->cap * 2 : MIN_SLOTS);
-		if (rc)
-			goto out_unlock;
-	}
-	size_t i = do_probe(s, ino, h);
-	if (!s->slots[i].ino) {
-		s->slots[i] = (slot){.ino = ino};
-		s->n++;
-	}
-	s->slots[i].nlookup++;
-out_unlock:
+	int rc = do_slot(s, ino, h, &i);
+	if (rc == 0)
+		s->slots[i].nlookup++;
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
@@ -209,23 +222,14 @@ int fcl_inodes_with_io(fcl_inodes *t, uint64_t ino, void (*fn)(fcl_io *io, void 
 	if (ino == 0)
 		return -EINVAL;
 	uint64_t h;
+	size_t i;
 	shard *s = shard_of(t, ino, &h);
-	int rc = 0;
 	pthread_mutex_lock(&s->lock);
-	size_t i = s->cap ? do_probe(s, ino, h) : 0;
-	if (s->cap == 0 || !s->slots[i].ino) {
-		if (s->cap == 0 || (s->n + 1) * 4 > s->cap * 3) {
-			rc = do_resize(s, s->cap ? s->cap * 2 : MIN_SLOTS);
-			if (rc)
-				goto out_unlock;
-		}
-		i = do_probe(s, ino, h);
-		s->slots[i] = (slot){.ino = ino};
-		s->n++;
+	int rc = do_slot(s, ino, h, &i);
+	if (rc == 0) {
+		fn(&s->slots[i].io, arg);
+		do_drop_unused(s, i);
 	}
-	fn(&s->slots[i].io, arg);
-	do_drop_unused(s, i);
-out_unlock:
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }

@@ -175,24 +175,16 @@ static int lease_call(fcl *c, const fcl_worker *w, uint16_t type, const lease_it
 /* Report uses of the blocks of items[0..n) (the ids in their keys). */
 static int touch_call(fcl *c, const fcl_worker *w, const lease_item *items, size_t n)
 {
-	cis_rpc_client *cl = fcl_remote_client(c, w, true);
 	ProtobufCBinaryData *ids = malloc(n * sizeof(*ids));
-	if (!cl || !ids) {
-		free(ids);
+	if (!ids)
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < n; i++)
 		ids[i] = (ProtobufCBinaryData){.len = 16, .data = (uint8_t *)items[i].key};
 	Cis__TouchRequest req = CIS__TOUCH_REQUEST__INIT;
 	req.ids = ids;
 	req.n_ids = n;
-	cis_rpc_result res;
-	memset(&res, 0, sizeof(res));
-	res.fd = -1;
-	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_TOUCH, &req.base, NULL, 0, &res, 5000, NULL);
+	int rc = fcl_remote_notify(c, w, CIS_MSG_WORKER_TOUCH, &req.base, NULL);
 	free(ids);
-	if (rc == 0)
-		cis_rpc_result_free(&res);
 	return rc;
 }
 

@@ -187,12 +187,13 @@ static void decide(fcl_io *io, void *arg)
 int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool *direct)
 {
 	struct stat st;
+	bool on = pt_on(c);
 	/* A block file cut short behind the worker's back would read short:
 	 * such a file is read through the daemon, which fails over. */
-	bool whole = fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
+	bool whole = on && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
 	pt_open po = {.c = c, .vhash = vhash, .fd = whole ? fd : -1};
 	*direct = false;
-	if (pt_on(c) && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0) {
+	if (on && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0) {
 		*direct = po.direct;
 		if (po.backing && !po.direct)
 			cis_counter_inc(c->stats.passthrough_opens);

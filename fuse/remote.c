@@ -158,19 +158,25 @@ int fcl_remote_read(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, uint6
 	return rc;
 }
 
-int fcl_remote_prefetch(fcl *c, const fcl_worker *w, Cis__BlockRef **refs, size_t n, cis_errmsg *em)
+int fcl_remote_notify(fcl *c, const fcl_worker *w, uint16_t type, const ProtobufCMessage *msg,
+                      cis_errmsg *em)
 {
 	cis_rpc_client *cl = fcl_remote_client(c, w, w->local);
 	if (!cl)
 		return -ENOMEM;
-	Cis__PrefetchRequest req = CIS__PREFETCH_REQUEST__INIT;
-	req.blocks = refs;
-	req.n_blocks = n;
 	cis_rpc_result res;
 	memset(&res, 0, sizeof(res));
 	res.fd = -1;
-	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_PREFETCH, &req.base, NULL, 0, &res, 5000, em);
+	int rc = cis_rpc_call(cl, type, msg, NULL, 0, &res, 5000, em);
 	if (rc == 0)
 		cis_rpc_result_free(&res);
 	return rc;
+}
+
+int fcl_remote_prefetch(fcl *c, const fcl_worker *w, Cis__BlockRef **refs, size_t n, cis_errmsg *em)
+{
+	Cis__PrefetchRequest req = CIS__PREFETCH_REQUEST__INIT;
+	req.blocks = refs;
+	req.n_blocks = n;
+	return fcl_remote_notify(c, w, CIS_MSG_WORKER_PREFETCH, &req.base, em);
 }
