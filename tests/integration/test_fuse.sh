@@ -288,9 +288,10 @@ wait_for 10 leases_at_most 0
 # old reader keeps its version; the next open after it passes through again.
 log "passthrough: the kernel reads local small files itself"
 # Whether the kernel offers passthrough is read from the daemon's start line
-# (it sees the kernel's INIT flags); the kernel's config, where readable,
-# must agree with it. uname -r is no guide: CI's kernel passes through while
-# naming a version before 6.9.
+# (it sees the kernel's INIT flags); where the kernel's config says it has
+# passthrough, the daemon must have found it on. Neither uname -r nor a
+# missing config line is a guide: CI's kernel passes through where such a
+# guess said it would not.
 pt_config=unknown
 if [ -r /proc/config.gz ]; then
 	pt_config=no
@@ -324,7 +325,8 @@ else
 	fail "passthrough: the log says neither 'passthrough on' nor 'no passthrough' ($FLOG)"
 fi
 log "kernel $(uname -r), config $pt_config, daemon: passthrough $pt_kernel; passthrough opens $pt, block reads by the daemon $sc"
-[ "$pt_config" = unknown ] || assert_eq "$pt_kernel" "$pt_config" "passthrough by the daemon's log and by the kernel's config"
+[ "$pt_config" = yes ] && [ "$pt_kernel" = no ] &&
+	fail "passthrough: the kernel's config has CONFIG_FUSE_PASSTHROUGH=y but the daemon says no passthrough"
 if [ "$pt_kernel" = yes ]; then
 	assert_eq "$pt $sc" "101 0" "passthrough opens and daemon block reads, 101 opens of small files"
 	exec 7<"$MNT7/f01"
