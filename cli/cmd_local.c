@@ -1,7 +1,7 @@
 /* cistern local: the whole stack for one machine in one command.
  *
  *   cistern local URI MOUNTPOINT [--cache-dir DIR[:SIZE]] [--state-dir DIR]
- *                 [--option k=v ...] [-f]
+ *                 [--option k=v ...] [--fuse-option OPT[,OPT...] ...] [-f]
  *   cistern local --stop MOUNTPOINT [--state-dir DIR]
  *
  * A supervisor starts cistern-master, cistern-worker and cistern-fuse as its
@@ -56,6 +56,7 @@
 #define LOCAL_STOP_TIMEOUT_MS 15000
 #define LOCAL_LINE_MAX        (3 * PATH_MAX + 1024) /* the ready or error line */
 #define LOCAL_MAX_CACHE_DIRS  32                    /* the worker's limit (WRK_MAX_DIRS) */
+#define LOCAL_MAX_FUSE_OPTS   16
 #define LOCAL_POLL_MS         100
 
 static const cis_opt local_opts[] = {
@@ -64,6 +65,9 @@ static const cis_opt local_opts[] = {
     {"cache-dir", "DIR[:SIZE]", NULL,
      "block cache directory (default STATE/cache, half the free space)", true, 0},
     {"option", "K=V", NULL, "mount option (endpoint=, region=, path_style=, ...)", true, 'o'},
+    {"fuse-option", "OPT[,OPT...]", NULL,
+     "cistern-fuse option as its -o takes it (allow_other, readahead=512M, no_passthrough, ...)",
+     true, 0},
     {"foreground", NULL, NULL, "stay in the foreground; Ctrl-C unmounts and stops", false, 'f'},
     {"stop", NULL, NULL, "stop the stack serving MOUNTPOINT", false, 0},
     {"timeout", "SECONDS", "30", "how long each daemon may take to become ready", false, 0},
@@ -847,14 +851,24 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	if ((rc = mount_root(s, em)) < 0)
 		return rc;
 
-	char *fargv[] = {(char *)"cistern-fuse",
-	                 s->mnt,
-	                 (char *)"--master",
-	                 master_addr,
-	                 (char *)"-f",
-	                 (char *)"--http-port",
-	                 fhttp,
-	                 NULL};
+	/* The FUSE client: each --fuse-option goes to it as one -o. */
+	const char *const *fopts = NULL;
+	size_t nfopt = cis_config_multi(s->cfg, "fuse-option", &fopts);
+	char *fargv[8 + 2 * LOCAL_MAX_FUSE_OPTS];
+	int fn = 0;
+
+	fargv[fn++] = (char *)"cistern-fuse";
+	fargv[fn++] = s->mnt;
+	fargv[fn++] = (char *)"--master";
+	fargv[fn++] = master_addr;
+	fargv[fn++] = (char *)"-f";
+	fargv[fn++] = (char *)"--http-port";
+	fargv[fn++] = fhttp;
+	for (size_t i = 0; i < nfopt && i < LOCAL_MAX_FUSE_OPTS; i++) {
+		fargv[fn++] = (char *)"-o";
+		fargv[fn++] = (char *)fopts[i];
+	}
+	fargv[fn] = NULL;
 	if ((rc = child_spawn(&s->fuse, fargv, em)) < 0)
 		return rc;
 	return wait_mounted(s, em);
@@ -1091,7 +1105,7 @@ static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_
 static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
 {
 	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
-	const char *const *caches = NULL;
+	const char *const *vals = NULL;
 	uint16_t used[8], dm, dw, df;
 	size_t nused = 0;
 	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
@@ -1106,8 +1120,10 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 		                s->uri);
 	if ((rc = cis_config_int(s->cfg, "timeout", 1, 3600, &t, em)) < 0)
 		return rc;
-	if (cis_config_multi(s->cfg, "cache-dir", &caches) > LOCAL_MAX_CACHE_DIRS)
+	if (cis_config_multi(s->cfg, "cache-dir", &vals) > LOCAL_MAX_CACHE_DIRS)
 		return cis_fail(em, -CIS_E_CONFIG, "at most %d --cache-dir", LOCAL_MAX_CACHE_DIRS);
+	if (cis_config_multi(s->cfg, "fuse-option", &vals) > LOCAL_MAX_FUSE_OPTS)
+		return cis_fail(em, -CIS_E_CONFIG, "at most %d --fuse-option", LOCAL_MAX_FUSE_OPTS);
 	s->timeout_ms = (int)t * 1000;
 	if ((rc = abs_mountpoint(mnt_arg, s->mnt, sizeof(s->mnt), em)) < 0)
 		return rc;

@@ -919,8 +919,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (rc) {
-		fprintf(stderr, "cistern-fuse: %s\n", cis_errmsg_or(&em, rc));
-		fcl_opts_usage(stderr);
+		fprintf(stderr, "cistern-fuse: %s (cistern-fuse --help lists the options)\n",
+		        cis_errmsg_or(&em, rc));
 		fcl_opts_free(&o);
 		return 2;
 	}

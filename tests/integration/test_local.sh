@@ -6,7 +6,8 @@
 #    from outside (fusermount3 -u);
 #  - s3rver (SigV4-verifying front), foreground mode (-f): ready line, files
 #    identical, SIGTERM unmounts and stops everything;
-#  - failures: a bucket that does not exist, an unsupported URI, a daemon
+#  - --fuse-option goes to cistern-fuse as -o;
+#  - failures: a bad --fuse-option, a bucket that does not exist, an unsupported URI, a daemon
 #    that dies at start, a FUSE client that cannot mount: one clear line,
 #    exit 1, nothing left running or mounted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -102,9 +103,16 @@ out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) &&
 assert_contains "$out" "no cistern local running" "--stop twice"
 
 # Restart on the same state dir: the kept mount is reused, data still right.
-out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>&1) ||
+# --fuse-option reaches cistern-fuse as -o: it runs with those options.
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 \
+	--fuse-option no_passthrough,attr_timeout=5 --fuse-option readahead=64M 2>&1) ||
 	fail "restart on the same state dir failed: $out"
 compare_tree "$SRC" "file:// after restart"
+fuse_pid=$(jq -r .fuse_pid "$STATE/local.json")
+assert_contains "$(tr '\0' ' ' <"/proc/$fuse_pid/cmdline")" \
+	"-o no_passthrough,attr_timeout=5 -o readahead=64M" "cistern-fuse's command line"
+grep -q "passthrough on" "$STATE/logs/cistern-fuse.log" &&
+	fail "--fuse-option no_passthrough: the FUSE client's log says passthrough on"
 "$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "second --stop failed"
 assert_stopped "$STATE" "second --stop"
 
@@ -147,6 +155,13 @@ kill -0 "$fuse_pid" 2>/dev/null && fail "cistern-fuse survived SIGTERM of cister
 assert_contains "$(cat "$CIS_TMP/fg.err")" "stopped" "stop message"
 
 # --- failures --------------------------------------------------------------
+log "a FUSE option cistern-fuse does not know"
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 \
+	--fuse-option readahead=lots 2>&1) && fail "a bad --fuse-option was accepted: $out"
+assert_contains "$out" "cistern-fuse exited with status" "bad --fuse-option"
+assert_contains "$out" "readahead" "bad --fuse-option named"
+assert_stopped "$STATE" "bad --fuse-option"
+
 log "a bucket that does not exist"
 out=$(AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
 	"$CISTERN" local "s3://no-such-bucket-$$/x" "$MNT" --state-dir "$S3STATE" --timeout 60 \
