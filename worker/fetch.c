@@ -9,7 +9,11 @@
  *
  * A fixed number of fetch threads (--fetch-threads) run jobs from two
  * queues: reads a client waits on (high) before prefetch and load (low). A
- * low fetch that a reader joins moves to the high queue.
+ * low fetch that a reader joins moves to the high queue. At most
+ * --background-fetches threads run low jobs at a time, so a read that
+ * arrives while a load keeps the queue full finds a thread at once instead
+ * of waiting for a load's span to finish, and the store is not shared by so
+ * many load streams that each of them (and the read among them) crawls.
  *
  * A thread that takes a fetch also takes the queued fetches of the blocks
  * that follow it in the same object (up to FX_SPAN_BYTES in all) and reads
@@ -116,6 +120,8 @@ struct wrk_fx {
 	job *q_head[2], *q_tail[2];
 	size_t queued; /* jobs in both queues */
 	int idle;      /* threads waiting for a job */
+	int low_max;   /* threads that may run low jobs at once */
+	int low_busy;  /* threads running a low job */
 	int batching;  /* batches being queued: the low queue waits */
 	pthread_t *threads;
 	int nthreads;
@@ -206,7 +212,10 @@ static size_t do_take_span(wrk_fx *fx, fetch *head, fetch **span)
 	const wrk_ref *r = &head->ref;
 	uint64_t nblocks = (r->file_size + r->block_size - 1) / r->block_size;
 	uint64_t max = FX_SPAN_BYTES / r->block_size;
-	uint64_t share = (fx->queued + 1 + (size_t)fx->idle) / ((size_t)fx->idle + 1);
+	int idle = fx->idle; /* threads that could take a share of the queue */
+	if (head->prio == WRK_PRIO_LOW && idle > fx->low_max - fx->low_busy)
+		idle = fx->low_max > fx->low_busy ? fx->low_max - fx->low_busy : 0;
+	uint64_t share = (fx->queued + 1 + (size_t)idle) / ((size_t)idle + 1);
 	size_t n = 1;
 
 	span[0] = head;
@@ -609,6 +618,16 @@ void wrk_fx_batch_end(wrk_fx *fx)
 		for (size_t i = 0; i < fx->queued && i < (size_t)fx->idle; i++)
 			pthread_cond_signal(&fx->cv);
 	pthread_mutex_unlock(&fx->mu);
+}
+
+int wrk_fx_background_busy(wrk_fx *fx)
+{
+	int n;
+
+	pthread_mutex_lock(&fx->mu);
+	n = fx->low_busy;
+	pthread_mutex_unlock(&fx->mu);
+	return n;
 }
 
 uint64_t wrk_fx_inflight(wrk_fx *fx)
@@ -1217,6 +1236,12 @@ static void run_job(wrk_fx *fx, job *j, char *stage)
 	free(j);
 }
 
+/* A thread may take a low job now. Caller holds fx->mu. */
+static bool do_low_ready(const wrk_fx *fx)
+{
+	return fx->q_head[WRK_PRIO_LOW] && !fx->batching && fx->low_busy < fx->low_max;
+}
+
 static void *fx_thread(void *arg)
 {
 	wrk_fx *fx = arg;
@@ -1227,10 +1252,10 @@ static void *fx_thread(void *arg)
 		stage = NULL;
 	for (;;) {
 		job *j = NULL;
+		int p;
 
 		pthread_mutex_lock(&fx->mu);
-		while (!fx->stop && !fx->q_head[WRK_PRIO_HIGH] &&
-		       (!fx->q_head[WRK_PRIO_LOW] || fx->batching)) {
+		while (!fx->stop && !fx->q_head[WRK_PRIO_HIGH] && !do_low_ready(fx)) {
 			fx->idle++;
 			pthread_cond_wait(&fx->cv, &fx->mu);
 			fx->idle--;
@@ -1239,14 +1264,14 @@ static void *fx_thread(void *arg)
 			pthread_mutex_unlock(&fx->mu);
 			break;
 		}
-		for (int p = 0; p < 2 && !j; p++)
-			if (fx->q_head[p] && !(p == WRK_PRIO_LOW && fx->batching)) {
-				j = fx->q_head[p];
-				fx->q_head[p] = j->next;
-				fx->queued--;
-				if (!fx->q_head[p])
-					fx->q_tail[p] = NULL;
-			}
+		p = fx->q_head[WRK_PRIO_HIGH] ? WRK_PRIO_HIGH : WRK_PRIO_LOW;
+		j = fx->q_head[p];
+		fx->q_head[p] = j->next;
+		fx->queued--;
+		if (!fx->q_head[p])
+			fx->q_tail[p] = NULL;
+		if (p == WRK_PRIO_LOW)
+			fx->low_busy++;
 		size_t nspan = 0;
 		fetch *span[FX_SPAN_MAX];
 
@@ -1259,21 +1284,29 @@ static void *fx_thread(void *arg)
 		if (nspan > 1) {
 			run_fill_span(fx, span, nspan, stage);
 			free(j);
-			continue;
+		} else {
+			run_job(fx, j, stage);
 		}
-		run_job(fx, j, stage);
+		if (p == WRK_PRIO_LOW) {
+			pthread_mutex_lock(&fx->mu);
+			fx->low_busy--;
+			if (do_low_ready(fx))
+				pthread_cond_signal(&fx->cv);
+			pthread_mutex_unlock(&fx->mu);
+		}
 	}
 	free(stage);
 	return NULL;
 }
 
-int wrk_fx_start(wrk *w, int threads, wrk_fx **out)
+int wrk_fx_start(wrk *w, int threads, int low_max, wrk_fx **out)
 {
 	wrk_fx *fx = calloc(1, sizeof(*fx));
 
 	if (!fx)
 		return -ENOMEM;
 	fx->w = w;
+	fx->low_max = low_max < 1 ? 1 : low_max > threads ? threads : low_max;
 	pthread_mutex_init(&fx->mu, NULL);
 	pthread_cond_init(&fx->cv, NULL);
 	fx->threads = calloc((size_t)threads, sizeof(*fx->threads));

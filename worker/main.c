@@ -37,6 +37,8 @@ static const cis_opt worker_opts[] = {
     {"socket", "PATH", NULL, "Unix socket for local clients (default: <state-dir>/worker.sock)",
      false, 0},
     {"fetch-threads", "N", "16", "concurrent fetches from the store", false, 0},
+    {"background-fetches", "N", NULL,
+     "of them, how many may serve prefetch and load at once (default half)", false, 0},
     {"io-threads", "N", "4", "RPC I/O threads", false, 0},
     {"high-watermark", "FRACTION", "0.95", "evict when a dir is fuller than this", false, 0},
     {"low-watermark", "FRACTION", "0.85", "evict down to this", false, 0},
@@ -156,6 +158,13 @@ static double inflight_fn(void *arg)
 	return (double)wrk_fx_inflight(w->fx);
 }
 
+static double background_fn(void *arg)
+{
+	wrk *w = arg;
+
+	return (double)wrk_fx_background_busy(w->fx);
+}
+
 static int dir_gauges(wrk *w, dir_gauge **out)
 {
 	int n = wrk_bs_ndirs(w->bs);
@@ -186,6 +195,10 @@ static int dir_gauges(wrk *w, dir_gauge **out)
 	                     leases_fn, w);
 	cis_metrics_gauge_fn(w->metrics, "cistern_worker_fetches_in_flight", NULL,
 	                     "block fetches under way", inflight_fn, w);
+	cis_metrics_gauge_fn(
+	    w->metrics, "cistern_worker_background_fetches_running", NULL,
+	    "fetch threads running prefetch or load jobs (--background-fetches at most)",
+	    background_fn, w);
 	*out = g;
 	return 0;
 }
@@ -297,6 +310,12 @@ int main(int argc, char **argv)
 	if (cis_config_int(cfg, "fetch-threads", 1, 1024, &v, &em) < 0)
 		cis_die("%s", em.text);
 	w.fetch_threads = (int)v;
+	w.background_fetches = (w.fetch_threads + 1) / 2;
+	if (cis_config_str(cfg, "background-fetches")) {
+		if (cis_config_int(cfg, "background-fetches", 1, w.fetch_threads, &v, &em) < 0)
+			cis_die("%s", em.text);
+		w.background_fetches = (int)v;
+	}
 	if (cis_config_int(cfg, "io-threads", 1, 256, &v, &em) < 0)
 		cis_die("%s", em.text);
 	io_threads = (int)v;
@@ -326,7 +345,7 @@ int main(int argc, char **argv)
 	atomic_store(&w.worker_id, wrk_bs_load_worker_id(w.bs));
 	if (wrk_leases_new(&w, &w.leases) < 0)
 		cis_die("out of memory");
-	if (wrk_fx_start(&w, w.fetch_threads, &w.fx) < 0)
+	if (wrk_fx_start(&w, w.fetch_threads, w.background_fetches, &w.fx) < 0)
 		cis_die("cannot start fetch threads");
 	rc = wrk_link_start(&w, mounts, nmounts, &w.link, &em);
 	if (rc < 0)

@@ -106,6 +106,7 @@ struct wrk {
 	const char *master; /* "host:port" or NULL */
 	uint16_t rpc_port, http_port;
 	int fetch_threads;
+	int background_fetches; /* of them, for prefetch and load at once */
 	uint64_t scrub_interval_ms;
 	uint64_t scrub_pause_ms;
 
@@ -209,7 +210,7 @@ enum wrk_prio { WRK_PRIO_HIGH, WRK_PRIO_LOW };
 enum { WRK_DONE_LOCAL = 1, WRK_DONE_PEER = 2 };
 typedef void (*wrk_done_fn)(void *arg, int rc, unsigned flags, const cis_errmsg *em);
 
-int wrk_fx_start(wrk *w, int threads, wrk_fx **out);
+int wrk_fx_start(wrk *w, int threads, int low_max, wrk_fx **out);
 void wrk_fx_stop(wrk_fx *fx);
 /* Stream bytes [off, off+len) of the block to a remote reader: from the
  * cache when the block is there, else by joining (or starting) its fetch.
@@ -229,6 +230,8 @@ enum { WRK_FETCH_PIN = 1, WRK_FETCH_COLD = 2 };
 bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerInfo *source,
                    unsigned flags, wrk_done_fn done, void *arg);
 uint64_t wrk_fx_inflight(wrk_fx *fx);
+/* Fetch threads running a prefetch or load job now. */
+int wrk_fx_background_busy(wrk_fx *fx);
 /* Around queueing a batch of low-priority fetches (load, prefetch): the
  * fetch threads take none of them until the whole batch is queued, so
  * consecutive blocks are found together and fetched in spans. */

@@ -2,7 +2,8 @@
 # cistern-worker with a real master and an S3 store (s3rver behind the
 # SigV4-verifying front): registration, mounts learned by GetMount, reads
 # of files named through the master, 32 concurrent readers of a cold block
-# making one store GET, block reports (incremental, and full after a
+# making one store GET, loads kept to their share of the fetch threads
+# while a read goes first, block reports (incremental, and full after a
 # master restart), a persisted worker id, a warm restart with no store
 # GETs on re-read, and a failing store (5xx) giving a clear error while
 # cached blocks keep being served.
@@ -143,6 +144,51 @@ gets=$(s3gets)
 conns=$(s3conns)
 [ "$gets" -ge 24 ] || fail "24 loads of one block made $gets GETs"
 [ "$conns" -le 10 ] || fail "$gets GETs opened $conns connections to the store"
+
+log "a read while a load fills the background fetch threads"
+# A slow store (0.1 MB/s per connection, bench/shape-proxy.js in front of
+# the front): 12 loads of one-block objects run on at most 8 of the 16
+# fetch threads (--background-fetches, half by default), and a read of
+# another object is served by a free thread while the loads still run.
+slow_port=$(free_port)
+node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$slow_port" \
+	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 0 --conn-mbps 0.1 --total-mbps 0 \
+	>"$CIS_TMP/shape.log" 2>&1 &
+cis_on_exit "kill_pid $!"
+wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/shape.log"
+for i in $(seq -w 1 13); do
+	head -c 262144 /dev/urandom >"$CIS_TMP/src/slow$i"
+	s3put_file "slow/s$i" "$CIS_TMP/src/slow$i"
+done
+"$CLI" mount /slow "s3://$CIS_S3_BUCKET/slow" --option "endpoint=http://127.0.0.1:$slow_port" \
+	--option "region=$CIS_S3_REGION" --option path_style=true \
+	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+	--block-size 1M >/dev/null
+"$CLI" sync /slow >/dev/null
+bg_metric=cistern_worker_background_fetches_running
+loaders=()
+for i in $(seq -w 1 12); do
+	wcl "/slow/s$i" load 0 >/dev/null &
+	loaders+=($!)
+done
+wait_for 20 bash -c "[ \"\$(curl -fsS http://127.0.0.1:$W_HTTP/metrics | awk '\$1 == \"$bg_metric\" { print \$2 }')\" = 8 ]"
+wcl /slow/s13 cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/slow13" || fail "a read during the loads got other bytes"
+[ "$(wmetric $bg_metric)" -gt 0 ] || fail "the read waited for the loads to finish"
+loading() {
+	local p
+	for p in "${loaders[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
+	return 1
+}
+most=0
+while loading; do
+	n=$(wmetric $bg_metric)
+	[ "$n" -gt "$most" ] && most=$n
+	sleep 0.1
+done
+for p in "${loaders[@]}"; do wait "$p" || fail "a load of a slow object failed"; done
+[ "$most" -le 8 ] || fail "$most fetch threads ran loads at once (at most 8)"
+for i in $(seq -w 1 13); do wcl "/slow/s$i" free 0 >/dev/null; done # the block counts below are without them
 
 log "master restart: the worker registers again and reports in full"
 kill -9 "$MPID"
