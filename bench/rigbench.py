@@ -274,6 +274,10 @@ def empty_caches(caches):
     raise RuntimeError(f"cistern free /s3 left {cache_bytes(caches)} bytes cached")
 
 
+def by_pass(per, n):
+    return [per[i:i + n] for i in range(0, len(per), n)]
+
+
 def cmd_preload(a):
     files = local_files(a.local_dir)
     nbytes = sum(s for _, s in files)
@@ -293,17 +297,22 @@ def cmd_preload(a):
     bp = max(best, key=best.get)
     l = med(loads)
 
-    # A reader started together with the load: files read in order through
-    # the FUSE mount (1 MiB reads); warm level from a pass afterwards.
+    # A reader started together with the load, reading like a training job:
+    # the files in order through the FUSE mount (1 MiB reads), pass after
+    # pass (page cache dropped before each, so a pass reads from the workers,
+    # not from memory), until a whole pass has begun after the load ended.
+    # Warm level: one more pass afterwards.
     fpaths = [os.path.join(a.mnt, "s3", rel) for rel, _ in files]
 
-    def read_times():
+    def read_pass():
+        drop_caches()
         out = []
         for p in fpaths:
+            s = time.monotonic()
             with open(p, "rb", buffering=0) as f:
                 while f.read(1 << 20):
                     pass
-            out.append(time.monotonic())
+            out.append((s, time.monotonic()))
         return out
 
     unstall, traces = [], []
@@ -313,26 +322,29 @@ def cmd_preload(a):
         t0 = time.monotonic()
         lp = subprocess.Popen([env("RIG_CLI"), "load", "/s3", "--parallel", str(a.parallel)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        ends = read_times()
-        load_s = None
-        if lp.wait():
+        ended = []  # when the load ended, taken by a thread waiting for it
+        waiter = threading.Thread(target=lambda: ended.append((lp.wait(), time.monotonic())))
+        waiter.start()
+        reads = []
+        while len(reads) < 8 * len(fpaths):
+            began = time.monotonic()
+            reads += read_pass()
+            if ended and began > ended[0][1]:
+                break
+        waiter.join()
+        if ended[0][0]:
             raise RuntimeError(f"cistern load: {lp.stderr.read().strip()[-300:]}")
-        load_s = time.monotonic() - t0
-        drop_caches()
-        w0 = time.monotonic()
-        wends = read_times()
-        starts = [t0] + ends[:-1]
-        per = [e - s for s, e in zip(starts, ends)]
-        wper = [e - s for s, e in zip([w0] + wends[:-1], wends)]
-        wl = med(wper)
-        # First file from which every later file reads within 1.5 x the warm level.
+        load_s = ended[0][1] - t0
+        wl = med([e - s for s, e in read_pass()])
+        per = [e - s for s, e in reads]
+        # The first read from which every later read is within 1.5 x the warm level.
         k = len(per)
         while k > 0 and per[k - 1] <= 1.5 * wl:
             k -= 1
-        t_unstall = (starts[k] - t0) if k < len(per) else None
+        t_unstall = (reads[k][0] - t0) if k < len(per) else None
         unstall.append(t_unstall)
-        traces.append({"per_file_s": per, "warm_per_file_s": wper, "load_s": load_s,
-                       "unstalled_from_file": k})
+        traces.append({"per_file_s": per, "warm_per_file_s": wl, "load_s": load_s,
+                       "passes": len(reads) // len(fpaths), "unstalled_from_read": k})
     u = [x for x in unstall if x is not None]
     rows = [[f"curl --parallel-max {p}, 16 MiB ranged GETs from s3rver", f0(v),
              "1.00" if p == bp else f"{v / best[bp]:.2f}", ""] for p, v in best.items()]
@@ -343,15 +355,18 @@ def cmd_preload(a):
     extra = (f"{len(files)} files, {nbytes >> 20} MiB, on s3rver (plain); one master and "
              f"{len(caches)} cistern-worker processes on this host with their own cache dirs "
              f"and ports; cache spread after a load (MiB per worker): {spread}. "
-             f"Reader with the load: files read in order through cistern-fuse (1 MiB reads) "
-             f"while `cistern load` runs, started together, page cache dropped and caches "
-             f"emptied first; it stops stalling at the first file from which every file "
-             f"reads within 1.5 x the warm per-file time (a pass afterwards, page cache "
-             f"dropped). Per repeat: {', '.join('never' if x is None else f'{x:.1f} s' for x in unstall)} "
-             f"after the start; the loads alone took "
-             f"{loads_s} s. Middle repeat, per-file read "
-             f"times (s) with the load: {', '.join(f'{x:.2f}' for x in tr['per_file_s'])}; warm: "
-             f"{', '.join(f'{x:.2f}' for x in tr['warm_per_file_s'])}.")
+             f"Reader with the load: started together with `cistern load`, page cache "
+             f"dropped and caches emptied first, it reads the files in order through "
+             f"cistern-fuse (1 MiB reads), pass after pass with the page cache dropped "
+             f"before each, until a pass has begun after the load ended; it stops stalling "
+             f"at the first read from which every read takes at most 1.5 x the warm "
+             f"per-file time (median of a pass afterwards). Per repeat: "
+             f"{', '.join('never' if x is None else f'{x:.1f} s' for x in unstall)} "
+             f"after the start; the loads took {loads_s} s with the reader "
+             f"(passes: {', '.join(str(t['passes']) for t in traces)}). Middle repeat, "
+             f"median per-file read time of each pass (s): "
+             f"{', '.join(f'{med(x):.2f}' for x in by_pass(tr['per_file_s'], len(files)))}; "
+             f"warm: {tr['warm_per_file_s']:.2f}.")
     rows.append([f"reader started with the load: time until it stops stalling (s, median of the {len(u)} of {len(unstall)} repeats where it did)",
                  f0(med(u)) if u else "never", "", ""])
     write(a.out, {
