@@ -7,9 +7,9 @@
 #  - s3rver (SigV4-verifying front), foreground mode (-f): ready line, files
 #    identical, SIGTERM unmounts and stops everything;
 #  - --fuse-option goes to cistern-fuse as -o;
-#  - failures: a bad --fuse-option, a bucket that does not exist, an unsupported URI, a daemon
-#    that dies at start, a FUSE client that cannot mount: one clear line,
-#    exit 1, nothing left running or mounted.
+#  - failures: a bad --fuse-option, a bucket that does not exist, an
+#    unsupported URI, a daemon that dies at start, a FUSE client that cannot
+#    mount: one clear line, exit 1, nothing left running or mounted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/s3.sh"
 
@@ -111,7 +111,8 @@ compare_tree "$SRC" "file:// after restart"
 fuse_pid=$(jq -r .fuse_pid "$STATE/local.json")
 assert_contains "$(tr '\0' ' ' <"/proc/$fuse_pid/cmdline")" \
 	"-o no_passthrough,attr_timeout=5 -o readahead=64M" "cistern-fuse's command line"
-grep -q "passthrough on" "$STATE/logs/cistern-fuse.log" &&
+[ -s "$STATE/logs/fuse.log" ] || fail "no FUSE client log at $STATE/logs/fuse.log"
+grep -q "passthrough on" "$STATE/logs/fuse.log" &&
 	fail "--fuse-option no_passthrough: the FUSE client's log says passthrough on"
 "$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "second --stop failed"
 assert_stopped "$STATE" "second --stop"
