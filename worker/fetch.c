@@ -734,8 +734,12 @@ static int fill_write(void *arg, const void *data, size_t len)
 		f->local_err = -rc;
 		return rc;
 	}
+	f->filled += len; /* only this thread reads it */
+	/* Readers see what is in the file: nothing new for them while a cold
+	 * fill's bytes sit in its stage, so no lock until the stage is out. */
+	if (ondisk == f->ondisk)
+		return 0;
 	pthread_mutex_lock(&c->fx->mu);
-	f->filled += len;
 	f->ondisk = ondisk;
 	do_flush(c->fx, f, false);
 	pthread_mutex_unlock(&c->fx->mu);
