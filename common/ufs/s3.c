@@ -46,6 +46,13 @@
 #define LIST_MAX_KEYS  1000
 
 #define MAX_CONNECTS 256L /* connections kept open to the store */
+/* libcurl's receive buffer (its default is 16 KiB). Larger reads mean
+ * fewer wake-ups of the fetch thread and fewer, larger window updates to
+ * the store: on the benchmark's s3rver, 256 KiB cut the worker's CPU per
+ * cold-fetched GiB from 1.25-1.79 s to 0.88-1.23 and the store's from
+ * 3.5-4.3 s to 2.8-3.5 (interleaved A/B, 1 GiB loads); 1 MiB gained no
+ * more. */
+#define RECV_BUFFER (256L << 10)
 
 struct s3 {
 	char *bucket;
@@ -539,6 +546,7 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_MAXCONNECTS, MAX_CONNECTS);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUFFER);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, s->connect_timeout_s);
