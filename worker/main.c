@@ -36,9 +36,9 @@ static const cis_opt worker_opts[] = {
     {"http-port", "N", "19611", "HTTP port for /metrics, /healthz, /readyz", false, 0},
     {"socket", "PATH", NULL, "Unix socket for local clients (default: <state-dir>/worker.sock)",
      false, 0},
-    {"fetch-threads", "N", "16", "concurrent fetches from the store", false, 0},
+    {"fetch-threads", "N", "24", "concurrent fetches from the store", false, 0},
     {"background-fetches", "N", NULL,
-     "of them, how many may serve prefetch and load at once (default half)", false, 0},
+     "of them, how many may serve prefetch and load at once (default three quarters)", false, 0},
     {"io-threads", "N", "4", "RPC I/O threads", false, 0},
     {"high-watermark", "FRACTION", "0.95", "evict when a dir is fuller than this", false, 0},
     {"low-watermark", "FRACTION", "0.85", "evict down to this", false, 0},
@@ -310,7 +310,9 @@ int main(int argc, char **argv)
 	if (cis_config_int(cfg, "fetch-threads", 1, 1024, &v, &em) < 0)
 		cis_die("%s", em.text);
 	w.fetch_threads = (int)v;
-	w.background_fetches = (w.fetch_threads + 1) / 2;
+	/* A quarter (at least one) is kept for reads a client waits on. */
+	w.background_fetches =
+	    w.fetch_threads > 1 ? w.fetch_threads - (w.fetch_threads + 3) / 4 : 1;
 	if (cis_config_str(cfg, "background-fetches")) {
 		if (cis_config_int(cfg, "background-fetches", 1, w.fetch_threads, &v, &em) < 0)
 			cis_die("%s", em.text);

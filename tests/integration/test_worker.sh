@@ -136,9 +136,9 @@ head -c $((6 * MB + 777)) /dev/urandom >"$DATA/span.bin"
 reads0=$(metric W1 cistern_worker_store_reads_total)
 out=$(wcl W1 span.bin load 0 1 2 3 4 5 6)
 assert_eq "$(grep -c "code=0 cached=0" <<<"$out")" 7 "blocks loaded: $out"
-# 7 blocks over the 2 threads a load may use (half of 4): spans of 3 or 4.
+# 7 blocks over the 3 threads a load may use (of 4): spans of 2 or 3.
 reads=$(($(metric W1 cistern_worker_store_reads_total) - reads0))
-[ "$reads" -ge 2 ] && [ "$reads" -lt 7 ] || fail "$reads store reads for a load of 7 blocks on 2 threads"
+[ "$reads" -ge 2 ] && [ "$reads" -lt 7 ] || fail "$reads store reads for a load of 7 blocks on 3 threads"
 for b in 0 1 2 3 4 5 6; do
 	wcl W1 span.bin read $b 0 0 | cmp - <(expect span.bin $((b * MB)) $MB) || fail "span block $b differs"
 done
