@@ -1254,11 +1254,14 @@ static void *fx_thread(void *arg)
 	/* Without it, cold fills go through the page cache. */
 	if (posix_memalign((void **)&stage, FX_DIO_ALIGN, FX_STAGE) != 0)
 		stage = NULL;
+	int p = WRK_PRIO_HIGH; /* the queue of the job this thread ran last */
+
 	for (;;) {
-		job *j = NULL;
-		int p;
+		job *j;
 
 		pthread_mutex_lock(&fx->mu);
+		if (p == WRK_PRIO_LOW)
+			fx->low_busy--; /* its low job is done: this thread may take the next */
 		while (!fx->stop && !fx->q_head[WRK_PRIO_HIGH] && !do_low_ready(fx)) {
 			fx->idle++;
 			pthread_cond_wait(&fx->cv, &fx->mu);
@@ -1276,6 +1279,8 @@ static void *fx_thread(void *arg)
 			fx->q_tail[p] = NULL;
 		if (p == WRK_PRIO_LOW)
 			fx->low_busy++;
+		else if (do_low_ready(fx)) /* a slot this thread freed and did not take */
+			pthread_cond_signal(&fx->cv);
 		size_t nspan = 0;
 		fetch *span[FX_SPAN_MAX];
 
@@ -1290,13 +1295,6 @@ static void *fx_thread(void *arg)
 			free(j);
 		} else {
 			run_job(fx, j, stage);
-		}
-		if (p == WRK_PRIO_LOW) {
-			pthread_mutex_lock(&fx->mu);
-			fx->low_busy--;
-			if (do_low_ready(fx))
-				pthread_cond_signal(&fx->cv);
-			pthread_mutex_unlock(&fx->mu);
 		}
 	}
 	free(stage);
