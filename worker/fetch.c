@@ -23,11 +23,18 @@
  * ranges 0.8 of the throughput of 16 MiB ones), on top of the saved
  * request latency and per-request cost of a cloud store.
  *
- * A cold fill (WRK_FETCH_COLD: a load or a replica, no reader joined
- * before it started) copies the bytes into the thread's 1 MiB stage and
- * writes it with O_DIRECT to a second descriptor of the temporary file,
- * the block's last partial page through the page cache. Streaming waiters
- * that join it read what is on disk (`ondisk`), not what was received.
+ * Every fill gathers what the store sends (16 KiB at a time from a
+ * socket) in the thread's stage and writes it out in large pieces: the
+ * page cache takes an aligned 256 KiB write for less than sixteen 16 KiB
+ * ones (each small write allocates its own small folios). A fill readers
+ * wait on writes its stage through the page cache at 256 KiB, or its
+ * whole pages as soon as data arrives 5 ms after the stage's first byte,
+ * so a reader of a slow store still gets bytes soon after they came. A cold
+ * fill (WRK_FETCH_COLD: a load or a replica, no reader joined before it
+ * started) writes 1 MiB pieces with O_DIRECT to a second descriptor of
+ * the temporary file, the block's last partial page through the page
+ * cache. Streaming waiters read what is on disk (`ondisk`), not what was
+ * received.
  *
  * When the cache cannot take the block (no space, a dir read-only or gone)
  * a reader is served by a direct read from the store into its reply
@@ -49,10 +56,12 @@
 #include "cistern/time.h"
 
 #define FX_BUCKETS    4096
-#define FX_SPAN_BYTES (16u << 20) /* at most this much per store GET */
-#define FX_SPAN_MAX   16          /* and at most this many blocks */
-#define FX_STAGE      (1u << 20)  /* a cold fill writes to disk in pieces of this size */
-#define FX_DIO_ALIGN  4096u       /* offset and length alignment for O_DIRECT */
+#define FX_SPAN_BYTES (16u << 20)  /* at most this much per store GET */
+#define FX_SPAN_MAX   16           /* and at most this many blocks */
+#define FX_STAGE      (1u << 20)   /* a cold fill writes to disk in pieces of this size */
+#define FX_HOT_STAGE  (256u << 10) /* a fill readers wait on, in pieces of at most this */
+#define FX_HOT_WAIT   5000000u     /* ns: or its whole pages this long after their first byte */
+#define FX_DIO_ALIGN  4096u        /* offset and length alignment for O_DIRECT */
 
 enum { W_STREAM, W_DONE };
 enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
@@ -99,11 +108,12 @@ struct fetch {
 	job *queued; /* while in a queue */
 	int fd, dir;
 	int dfd;     /* the temporary file opened O_DIRECT for a cold fill, or -1 */
-	char *stage; /* the fetch thread's O_DIRECT buffer (FX_STAGE bytes) or NULL */
+	char *stage; /* the fetch thread's buffer (FX_STAGE bytes, O_DIRECT-aligned) or NULL */
 	char tmp[PATH_MAX];
-	uint64_t filled; /* bytes received */
-	uint64_t ondisk; /* bytes in the file, for readers (filled less staged) */
-	size_t staged;   /* bytes in the thread's stage, not written yet */
+	uint64_t filled;    /* bytes received */
+	uint64_t ondisk;    /* bytes in the file, for readers (filled less staged) */
+	size_t staged;      /* bytes in the thread's stage, not written yet */
+	uint64_t staged_ns; /* when the stage's first byte came in */
 	cis_checksum *cs;
 	int local_err; /* a write to the cache failed with this */
 	waiter *waiters;
@@ -664,13 +674,13 @@ static int write_all(int fd, const char *p, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Write f's stage out at off: its whole pages past the page cache, the
- * block's last partial page through it. A file system that refuses
- * O_DIRECT (EINVAL: tmpfs before 6.6, an odd alignment) gets the rest of
- * the fill through the page cache. */
-static int stage_out(fetch *f, uint64_t off)
+/* Write the first n bytes of f's stage out at off: a cold fill's whole
+ * pages past the page cache, the rest through it. A file system that
+ * refuses O_DIRECT (EINVAL: tmpfs before 6.6, an odd alignment) gets the
+ * rest of the fill through the page cache. */
+static int stage_out(fetch *f, uint64_t off, size_t n)
 {
-	size_t whole = f->staged & ~(size_t)(FX_DIO_ALIGN - 1);
+	size_t whole = f->dfd >= 0 ? n & ~(size_t)(FX_DIO_ALIGN - 1) : 0;
 	int rc = 0;
 
 	if (whole) {
@@ -682,38 +692,60 @@ static int stage_out(fetch *f, uint64_t off)
 			rc = 0;
 		}
 	}
-	if (rc == 0 && f->staged > whole)
-		rc = write_all(f->fd, f->stage + whole, f->staged - whole, off + whole);
+	if (rc == 0 && n > whole)
+		rc = write_all(f->fd, f->stage + whole, n - whole, off + whole);
 	return rc;
 }
 
-/* Copy into the stage; write it out when full and at the block's end.
- * The new count of bytes in the file goes to *ondisk. */
+/* How many of the staged bytes go out now: all of them when the stage
+ * reaches its boundary (full) or the block's end (last); for a fill
+ * readers wait on, the whole pages of bytes that came in a while ago;
+ * else none. */
+static size_t stage_due(const fetch *f, bool full, bool last)
+{
+	if (full || last)
+		return f->staged;
+	if (f->dfd < 0 && cis_mono_ns() - f->staged_ns >= FX_HOT_WAIT)
+		return f->staged & ~(size_t)(FX_DIO_ALIGN - 1);
+	return 0;
+}
+
+/* Copy into the stage and write out what is due. The stage ends at
+ * multiples of its size in the block, so writes stay aligned (the page
+ * cache gives an aligned 256 KiB write one large folio) after a partial
+ * one. The new count of bytes in the file goes to *ondisk. */
 static int stage_bytes(fetch *f, const char *p, size_t len, uint64_t *ondisk)
 {
 	bool last = f->filled + len == f->len;
 
 	while (len) {
-		size_t take = FX_STAGE - f->staged < len ? FX_STAGE - f->staged : len;
+		size_t size = f->dfd >= 0 ? FX_STAGE : FX_HOT_STAGE;
+		size_t room = size - (size_t)(*ondisk % size) - f->staged;
+		size_t take = room < len ? room : len;
+		size_t out;
 		int rc;
 
+		if (f->staged == 0)
+			f->staged_ns = cis_mono_ns();
 		memcpy(f->stage + f->staged, p, take);
 		f->staged += take;
 		p += take;
 		len -= take;
-		if (f->staged < FX_STAGE && !(last && len == 0))
-			break;
-		rc = stage_out(f, *ondisk);
+		out = stage_due(f, take == room, last && len == 0);
+		if (out == 0)
+			continue; /* len is 0: the stage had room for it all */
+		rc = stage_out(f, *ondisk, out);
 		if (rc < 0)
 			return rc;
-		*ondisk += f->staged;
-		f->staged = 0;
+		*ondisk += out;
+		f->staged -= out;
+		memmove(f->stage, f->stage + out, f->staged); /* less than a page */
 	}
 	return 0;
 }
 
-/* The next len bytes of the block: into the file (through the stage for
- * a cold fill), then to streaming waiters. */
+/* The next len bytes of the block: into the file (through the stage),
+ * then to streaming waiters. */
 static int fill_write(void *arg, const void *data, size_t len)
 {
 	fill_ctx *c = arg;
@@ -724,7 +756,7 @@ static int fill_write(void *arg, const void *data, size_t len)
 	if (f->filled + len > f->len)
 		return -CIS_E_STORE; /* the store sent more than the block holds */
 	cis_checksum_update(f->cs, data, len);
-	if (f->dfd >= 0) {
+	if (f->stage) {
 		ondisk = f->ondisk;
 		rc = stage_bytes(f, data, len, &ondisk);
 	} else {
@@ -735,8 +767,8 @@ static int fill_write(void *arg, const void *data, size_t len)
 		return rc;
 	}
 	f->filled += len; /* only this thread reads it */
-	/* Readers see what is in the file: nothing new for them while a cold
-	 * fill's bytes sit in its stage, so no lock until the stage is out. */
+	/* Readers see what is in the file: nothing new for them while the
+	 * bytes sit in the stage, so no lock until the stage is out. */
 	if (ondisk == f->ondisk)
 		return 0;
 	pthread_mutex_lock(&c->fx->mu);
@@ -1251,7 +1283,8 @@ static void *fx_thread(void *arg)
 	wrk_fx *fx = arg;
 	char *stage = NULL;
 
-	/* Without it, cold fills go through the page cache. */
+	/* Without it, fills write what comes in as it comes, through the page
+	 * cache. */
 	if (posix_memalign((void **)&stage, FX_DIO_ALIGN, FX_STAGE) != 0)
 		stage = NULL;
 	int p = WRK_PRIO_HIGH; /* the queue of the job this thread ran last */

@@ -192,7 +192,29 @@ while loading; do
 done
 for p in "${loaders[@]}"; do wait "$p" || fail "a load of a slow object failed"; done
 [ "$most" -le 4 ] || fail "$most fetch threads ran loads at once (at most 4)"
-for i in $(seq -w 1 13); do wcl "/slow/s$i" free 0 >/dev/null; done # the block counts below are without them
+
+log "a reader of a cold block gets its first bytes while the rest still comes"
+# 512 KiB from the slow store take 5 s, sent by the proxy 64 KiB at a
+# time. The fill writes to the block file 256 KiB at a time, or what came
+# in 5 ms before new bytes arrive: the first 64 KiB must reach the reader
+# before the proxy has sent 256 KiB, and long before the block is in.
+head -c 524288 /dev/urandom >"$CIS_TMP/src/slow14"
+s3put_file slow/s14 "$CIS_TMP/src/slow14"
+"$CLI" sync /slow >/dev/null
+shaped_bytes() {
+	curl -fsS "http://127.0.0.1:$slow_port/__shape/stats" |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["bytes"])'
+}
+before=$(shaped_bytes)
+wcl /slow/s14 read 0 0 65536 >"$CIS_TMP/out"
+sent=$(($(shaped_bytes) - before))
+cmp "$CIS_TMP/out" <(head -c 65536 "$CIS_TMP/src/slow14") || fail "the first bytes differ"
+[ "$sent" -lt 262144 ] || fail "the first 64 KiB reached the reader after $sent bytes came"
+[ "$(wmetric cistern_worker_fetches_in_flight)" -ge 1 ] ||
+	fail "the first 64 KiB came only when the whole block was in"
+wcl /slow/s14 cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the slow block differs"
+for i in $(seq -w 1 14); do wcl "/slow/s$i" free 0 >/dev/null; done # the block counts below are without them
 
 log "master restart: the worker registers again and reports in full"
 kill -9 "$MPID"
