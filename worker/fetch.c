@@ -28,7 +28,7 @@
  * page cache takes an aligned 256 KiB write for less than sixteen 16 KiB
  * ones (each small write allocates its own small folios). A fill readers
  * wait on writes its stage through the page cache at 256 KiB, or its
- * whole pages as soon as data arrives 5 ms after the stage's first byte,
+ * whole pages as soon as data arrives 20 ms after the stage's first byte,
  * so a reader of a slow store still gets bytes soon after they came. A cold
  * fill (WRK_FETCH_COLD: a load or a replica, no reader joined before it
  * started) writes 1 MiB pieces with O_DIRECT to a second descriptor of
@@ -60,7 +60,7 @@
 #define FX_SPAN_MAX   16           /* and at most this many blocks */
 #define FX_STAGE      (1u << 20)   /* a cold fill writes to disk in pieces of this size */
 #define FX_HOT_STAGE  (256u << 10) /* a fill readers wait on, in pieces of at most this */
-#define FX_HOT_WAIT   5000000u     /* ns: or its whole pages this long after their first byte */
+#define FX_HOT_WAIT   20000000u    /* ns: or its whole pages this long after their first byte */
 #define FX_DIO_ALIGN  4096u        /* offset and length alignment for O_DIRECT */
 
 enum { W_STREAM, W_DONE };
@@ -739,7 +739,10 @@ static int stage_bytes(fetch *f, const char *p, size_t len, uint64_t *ondisk)
 			return rc;
 		*ondisk += out;
 		f->staged -= out;
-		memmove(f->stage, f->stage + out, f->staged); /* less than a page */
+		if (f->staged) { /* less than a page, kept for the next write */
+			memmove(f->stage, f->stage + out, f->staged);
+			f->staged_ns = cis_mono_ns();
+		}
 	}
 	return 0;
 }

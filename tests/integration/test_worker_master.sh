@@ -196,7 +196,7 @@ for p in "${loaders[@]}"; do wait "$p" || fail "a load of a slow object failed";
 log "a reader of a cold block gets its first bytes while the rest still comes"
 # 512 KiB from the slow store take 5 s, sent by the proxy 64 KiB at a
 # time. The fill writes to the block file 256 KiB at a time, or what came
-# in 5 ms before new bytes arrive: the first 64 KiB must reach the reader
+# in 20 ms before new bytes arrive: the first 64 KiB must reach the reader
 # before the proxy has sent 256 KiB, and long before the block is in.
 head -c 524288 /dev/urandom >"$CIS_TMP/src/slow14"
 s3put_file slow/s14 "$CIS_TMP/src/slow14"
