@@ -27,11 +27,10 @@
  * socket) in the thread's stage and writes it out in large pieces: one
  * pwrite for sixteen, and the page cache takes 1 GiB in 256 KiB writes for
  * about half the system time of 16 KiB ones on the benchmark machine (0.3
- * s against 0.6-0.8 s). A fill readers
- * wait on writes its stage through the page cache at 256 KiB, or its
- * whole pages as soon as data arrives 20 ms after the stage's first byte,
- * so a reader of a slow store still gets bytes soon after they came. A cold
- * fill (WRK_FETCH_COLD: a load or a replica, no reader joined before it
+ * s against 0.6-0.8 s). A fill readers wait on writes its stage through
+ * the page cache at 256 KiB, or its whole pages as soon as data arrives
+ * 20 ms after the stage's first byte, so a reader of a slow store still
+ * gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load or a replica, no reader joined before it
  * started) writes 1 MiB pieces with O_DIRECT to a second descriptor of
  * the temporary file, the block's last partial page through the page
  * cache. Streaming waiters read what is on disk (`ondisk`), not what was
