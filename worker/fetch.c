@@ -30,11 +30,11 @@
  * s against 0.6-0.8 s). A fill readers wait on writes its stage through
  * the page cache at 256 KiB, or its whole pages as soon as data arrives
  * 20 ms after the stage's first byte, so a reader of a slow store still
- * gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load or a replica, no reader joined before it
- * started) writes 1 MiB pieces with O_DIRECT to a second descriptor of
- * the temporary file, the block's last partial page through the page
- * cache. Streaming waiters read what is on disk (`ondisk`), not what was
- * received.
+ * gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load
+ * or a replica, no reader joined before it started) writes 1 MiB pieces
+ * with O_DIRECT to a second descriptor of the temporary file, the block's
+ * last partial page through the page cache. Streaming waiters read what
+ * is on disk (`ondisk`), not what was received.
  *
  * When the cache cannot take the block (no space, a dir read-only or gone)
  * a reader is served by a direct read from the store into its reply
