@@ -142,6 +142,7 @@ def cmd_train(a):
     compute = a.compute_ms / 1000.0
     epochs = []
     first_batch = None
+    listing = time.monotonic() - t_start
     for e in range(a.epochs):
         if a.kind == "files":
             order = samples[:]
@@ -201,7 +202,8 @@ def cmd_train(a):
                        "samples": len(order), "samples_per_s": len(order) / wall,
                        "au": busy / wall if wall else 0, "errors": errors[0]})
     return {"kind": a.kind, "threads": a.threads, "batch": a.batch, "compute_ms": a.compute_ms,
-            "samples": len(samples), "time_to_first_batch": first_batch,
+            "samples": len(samples), "listing_seconds": listing,
+            "time_to_first_batch": first_batch,
             "total_seconds": time.monotonic() - t_start, "epochs": epochs}
 
 
