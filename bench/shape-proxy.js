@@ -8,7 +8,9 @@
 //
 // Usage: node shape-proxy.js --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT
 //          [--latency-ms 20] [--conn-mbps 100] [--total-mbps 1000]
-// (MB/s = 10^6 bytes per second; 0 turns a limit off). Prints
+//          [--stall-after BYTES --stall-ms MS]
+// (MB/s = 10^6 bytes per second; 0 turns a limit off; a stall pauses every
+// response body once, for MS, after its first BYTES or more). Prints
 // "shape-proxy ready" when it listens. GET /__shape/stats answers the request
 // and byte counts.
 'use strict';
@@ -16,7 +18,7 @@
 const http = require('http');
 
 function parseArgs(argv) {
-  const o = { latencyMs: 20, connMBps: 100, totalMBps: 1000 };
+  const o = { latencyMs: 20, connMBps: 100, totalMBps: 1000, stallAfter: 0, stallMs: 0 };
   for (let i = 2; i < argv.length; i += 2) {
     const [a, v] = [argv[i], argv[i + 1]];
     if (v === undefined) throw new Error(`${a}: missing value`);
@@ -25,10 +27,12 @@ function parseArgs(argv) {
     else if (a === '--latency-ms') o.latencyMs = Number(v);
     else if (a === '--conn-mbps') o.connMBps = Number(v);
     else if (a === '--total-mbps') o.totalMBps = Number(v);
+    else if (a === '--stall-after') o.stallAfter = Number(v);
+    else if (a === '--stall-ms') o.stallMs = Number(v);
     else throw new Error(`unknown flag ${a}`);
   }
   if (!o.listen || !o.upstream) throw new Error('--listen and --upstream are required');
-  for (const k of ['latencyMs', 'connMBps', 'totalMBps'])
+  for (const k of ['latencyMs', 'connMBps', 'totalMBps', 'stallAfter', 'stallMs'])
     if (!Number.isFinite(o[k]) || o[k] < 0) throw new Error(`bad ${k}`);
   return o;
 }
@@ -58,15 +62,22 @@ const stats = { requests: 0, bytes: 0, errors: 0 };
 
 function pump(src, dst, conn) {
   // Paced copy: one chunk at a time, each sent when both buckets allow.
-  let queue = [], busy = false, ended = false;
+  let queue = [], busy = false, ended = false, sent = 0, stalled = false;
   const next = () => {
     while (!busy) {
+      if (opts.stallMs > 0 && !stalled && sent > 0 && sent >= opts.stallAfter) {
+        stalled = true;
+        busy = true;
+        setTimeout(() => { busy = false; next(); }, opts.stallMs);
+        return;
+      }
       const buf = queue.shift();
       if (!buf) {
         if (ended) dst.end();
         else src.resume();
         return;
       }
+      sent += buf.length;
       const now = performance.now();
       const at = Math.max(conn.reserve(now, buf.length), total.reserve(now, buf.length));
       const send = () => {

@@ -29,8 +29,9 @@
  * about half the system time of 16 KiB ones on the benchmark machine (0.3
  * s against 0.6-0.8 s). A fill readers wait on writes its stage through
  * the page cache at 256 KiB, or its whole pages as soon as data arrives
- * 20 ms after the stage's first byte, so a reader of a slow store still
- * gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load
+ * 20 ms after the stage's first byte or the store goes quiet (the sink's
+ * tick: a call with no bytes), so a reader of a slow or stalling store
+ * still gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load
  * or a replica, no reader joined before it started) writes 1 MiB pieces
  * with O_DIRECT to a second descriptor of the temporary file, the block's
  * last partial page through the page cache. Streaming waiters read what
@@ -710,6 +711,23 @@ static size_t stage_due(const fetch *f, bool full, bool last)
 	return 0;
 }
 
+/* Write the first out bytes of the stage at *ondisk, advance it and keep
+ * the rest (less than a page) for the next write. */
+static int stage_write(fetch *f, size_t out, uint64_t *ondisk)
+{
+	int rc = stage_out(f, *ondisk, out);
+
+	if (rc < 0)
+		return rc;
+	*ondisk += out;
+	f->staged -= out;
+	if (f->staged) {
+		memmove(f->stage, f->stage + out, f->staged);
+		f->staged_ns = cis_mono_ns();
+	}
+	return 0;
+}
+
 /* Copy into the stage and write out what is due. The stage ends at
  * multiples of its size in the block, so the writes after a partial one
  * are aligned again. The new count of bytes in the file goes to *ondisk. */
@@ -733,17 +751,20 @@ static int stage_bytes(fetch *f, const char *p, size_t len, uint64_t *ondisk)
 		out = stage_due(f, take == room, last && len == 0);
 		if (out == 0)
 			continue; /* len is 0: the stage had room for it all */
-		rc = stage_out(f, *ondisk, out);
+		rc = stage_write(f, out, ondisk);
 		if (rc < 0)
 			return rc;
-		*ondisk += out;
-		f->staged -= out;
-		if (f->staged) { /* less than a page, kept for the next write */
-			memmove(f->stage, f->stage + out, f->staged);
-			f->staged_ns = cis_mono_ns();
-		}
 	}
 	return 0;
+}
+
+/* The store is quiet (a tick of the sink): write out what is due of the
+ * stage without waiting for its next bytes. */
+static int stage_tick(fetch *f, uint64_t *ondisk)
+{
+	size_t out = f->staged ? stage_due(f, false, false) : 0;
+
+	return out ? stage_write(f, out, ondisk) : 0;
 }
 
 /* The next len bytes of the block: into the file (through the stage),
@@ -760,7 +781,7 @@ static int fill_write(void *arg, const void *data, size_t len)
 	cis_checksum_update(f->cs, data, len);
 	if (f->stage) {
 		ondisk = f->ondisk;
-		rc = stage_bytes(f, data, len, &ondisk);
+		rc = len ? stage_bytes(f, data, len, &ondisk) : stage_tick(f, &ondisk);
 	} else {
 		rc = write_all(f->fd, data, len, f->filled);
 	}
@@ -1045,6 +1066,10 @@ static int span_write(void *arg, const void *data, size_t len)
 	span_ctx *sc = arg;
 	const char *p = data;
 
+	if (len == 0 && sc->cur < sc->n) { /* a tick: to the block filling now */
+		fill_ctx fc = {sc->fx, sc->f[sc->cur]};
+		return fill_write(&fc, p, 0);
+	}
 	while (len) {
 		if (sc->cur == sc->n)
 			return -CIS_E_STORE; /* more than the span holds */

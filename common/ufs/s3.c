@@ -120,6 +120,7 @@ struct req {
 
 	/* Over all attempts. */
 	uint64_t delivered;
+	uint64_t ticked_at; /* delivered when the sink last heard from us */
 	int sink_rc;
 };
 
@@ -421,6 +422,31 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 	return len;
 }
 
+/* curl calls this while a transfer runs: after bytes came, and at least
+ * once a second while none come (its low-speed check). The second kind
+ * gives the sink of a read a tick, a call with no bytes, so that what it
+ * holds back (the worker's stage) does not wait for the store's next
+ * bytes. Nonzero aborts the transfer. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	static const char none[1];
+	struct req *r = arg;
+	int rc;
+
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	if (!r->sink || r->status / 100 != 2 || r->delivered == 0)
+		return 0;
+	if (r->delivered != r->ticked_at) { /* bytes came since: not quiet */
+		r->ticked_at = r->delivered;
+		return 0;
+	}
+	rc = r->sink(r->sink_arg, none, 0);
+	if (rc)
+		r->sink_rc = rc < 0 ? rc : -EIO;
+	return rc != 0;
+}
+
 static size_t on_read(char *buf, size_t sz, size_t n, void *arg)
 {
 	struct req *r = arg;
@@ -562,6 +588,11 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	if (r->sink) {
+		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (!strcmp(r->method, "HEAD")) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	} else if (!strcmp(r->method, "PUT")) {

@@ -216,6 +216,34 @@ wcl /slow/s14 cat >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the slow block differs"
 for i in $(seq -w 1 14); do wcl "/slow/s$i" free 0 >/dev/null; done # the block counts below are without them
 
+log "a store that stalls: the bytes that came before the stall reach the reader"
+# The store sends 128 KiB of a 512 KiB block at once, then nothing for 5
+# s. Those bytes are in the fill's stage, short of its 256 KiB piece, and
+# no later bytes come to push them out: the store's quiet (a tick from the
+# S3 connector about once a second) must, long before the stall ends.
+stall_port=$(free_port)
+node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$stall_port" \
+	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 0 --conn-mbps 0 --total-mbps 0 \
+	--stall-after 131072 --stall-ms 5000 >"$CIS_TMP/stall.log" 2>&1 &
+cis_on_exit "kill_pid $!"
+wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/stall.log"
+s3put_file stall/s1 "$CIS_TMP/src/slow14"
+"$CLI" mount /stall "s3://$CIS_S3_BUCKET/stall" --option "endpoint=http://127.0.0.1:$stall_port" \
+	--option "region=$CIS_S3_REGION" --option path_style=true \
+	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+	--block-size 1M >/dev/null
+"$CLI" sync /stall >/dev/null
+t0=$(date +%s%N)
+wcl /stall/s1 read 0 0 65536 >"$CIS_TMP/out"
+waited_ms=$((($(date +%s%N) - t0) / 1000000))
+cmp "$CIS_TMP/out" <(head -c 65536 "$CIS_TMP/src/slow14") || fail "the bytes before the stall differ"
+log "the first 64 KiB came after $waited_ms ms"
+[ "$waited_ms" -lt 3000 ] || fail "the bytes before a 5 s stall reached the reader after $waited_ms ms"
+[ "$(wmetric cistern_worker_fetches_in_flight)" -ge 1 ] || fail "the stalled fetch was over already"
+wcl /stall/s1 cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the stalled block differs"
+wcl /stall/s1 free 0 >/dev/null
+
 log "master restart: the worker registers again and reports in full"
 kill -9 "$MPID"
 wait "$MPID" 2>/dev/null || true

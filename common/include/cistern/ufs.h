@@ -52,7 +52,10 @@ typedef struct cis_ufs_page {
 } cis_ufs_page;
 
 /* Where read() delivers bytes, in order, as they arrive. Return 0 to go on,
- * negative to abort the read with that code. */
+ * negative to abort the read with that code. A connector may also call it
+ * with len 0 while the store sends nothing (the S3 one: about once a
+ * second), so that a sink holding bytes back can put them out; data then
+ * points at no bytes but is not NULL. */
 typedef int (*cis_ufs_sink_fn)(void *arg, const void *data, size_t len);
 
 /* Open a connector for uri. *out is the caller's (cis_ufs_close). Opening
