@@ -33,19 +33,21 @@ local_epoch() { # DIR KIND MS -> one local epoch's JSON, page cache dropped
 		--compute-ms "$3" --epochs 1
 }
 calibrate() { # DIR KIND -> compute ms per batch
-	local ms tries au
+	local ms tries au next
 	ms=$(local_epoch "$1" "$2" 0 |
 		python3 -c 'import json,sys; r=json.load(sys.stdin); print(round(max(1.0, 2.0 * 32 / r["epochs"][0]["samples_per_s"] * 1000), 2))')
 	for tries in 1 2 3 4; do
-		au=$(local_epoch "$1" "$2" "$ms" | python3 -c 'import json,sys
+		# Done at AU 0.985; else scaled so that the time lost, (1 - AU) / AU
+		# of the compute, becomes 1.5% of it.
+		read -r au next < <(local_epoch "$1" "$2" "$ms" | python3 -c 'import json, sys
 sys.path.insert(0, sys.argv[1])
 from compare import epoch_au
-print(round(epoch_au(json.load(sys.stdin), 0), 4))' "$BENCH_DIR")
+au, ms = epoch_au(json.load(sys.stdin), 0), float(sys.argv[2])
+print(round(au, 4), "" if au >= 0.985 else round(ms * max(1.25, (1 - au) / au * 0.985 / 0.015), 2))' \
+			"$BENCH_DIR" "$ms")
 		log "bench: calibration $2: ${ms} ms a batch gives local disk AU $au (try $tries)"
-		python3 -c 'import sys; sys.exit(float(sys.argv[1]) >= 0.985)' "$au" || break
-		# lost / compute = (1 - au) / au; wanted: 0.015 / 0.985.
-		ms=$(python3 -c 'import sys; ms, au = map(float, sys.argv[1:])
-print(round(ms * max(1.25, (1 - au) / au * 0.985 / 0.015), 2))' "$ms" "$au")
+		[ -n "$next" ] || break
+		ms=$next
 	done
 	echo "$ms"
 }

@@ -220,7 +220,7 @@ log "a store that stalls: the bytes that came before the stall reach the reader"
 # The store sends 128 KiB of a 512 KiB block at once, then nothing for 5
 # s. Those bytes are in the fill's stage, short of its 256 KiB piece, and
 # no later bytes come to push them out: the store's quiet (a tick from the
-# S3 connector about once a second) must, long before the stall ends.
+# S3 connector at least once a second) must, long before the stall ends.
 stall_port=$(free_port)
 node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$stall_port" \
 	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 0 --conn-mbps 0 --total-mbps 0 \
