@@ -17,7 +17,9 @@ static const cis_opt ls_opts[] = {
 static void print_entry(const json_t *e, bool lng)
 {
 	const char *name = json_string_value(json_object_get(e, "name"));
-	bool dir = !strcmp(json_string_value(json_object_get(e, "type")), "dir");
+	const char *type = json_string_value(json_object_get(e, "type"));
+	const char *target = json_string_value(json_object_get(e, "link_target"));
+	bool dir = !strcmp(type, "dir"), link = !strcmp(type, "link");
 	if (!lng) {
 		printf("%s%s\n", name, dir ? "/" : "");
 		return;
@@ -25,9 +27,13 @@ static void print_entry(const json_t *e, bool lng)
 	char sz[32], tm[32];
 	cis_fmt_size((uint64_t)json_integer_value(json_object_get(e, "size")), sz, sizeof(sz));
 	cli_fmt_time(json_integer_value(json_object_get(e, "mtime_ns")), tm, sizeof(tm));
-	printf("%c%04llo %10s  %s  %s%s\n", dir ? 'd' : '-',
+	printf("%c%04llo %10s  %s  %s%s%s%s\n",
+	       dir    ? 'd'
+	       : link ? 'l'
+	              : '-',
 	       (unsigned long long)json_integer_value(json_object_get(e, "mode")), dir ? "-" : sz,
-	       tm, name, json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
+	       tm, name, link ? " -> " : "", link && target ? target : "",
+	       json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
 }
 
 /* List one directory (all pages); push subdirectories when recursive. */
@@ -140,6 +146,9 @@ int cli_cmd_stat(cli_ctx *c, int argc, char **argv)
 			printf("modified: %s\n", tm);
 			printf("mode:     %04llo\n",
 			       (unsigned long long)json_integer_value(json_object_get(o, "mode")));
+			const char *target = json_string_value(json_object_get(o, "link_target"));
+			if (target)
+				printf("target:   %s\n", target);
 			const char *ver = json_string_value(json_object_get(o, "version"));
 			if (ver && *ver)
 				printf("version:  %s\n", ver);
@@ -147,8 +156,9 @@ int cli_cmd_stat(cli_ctx *c, int argc, char **argv)
 				printf("mount:    %s (%s)\n",
 				       json_string_value(json_object_get(mt, "path")),
 				       json_string_value(json_object_get(mt, "uri")));
-				printf("key:      %s\n",
-				       json_string_value(json_object_get(o, "key")));
+				if (!target)
+					printf("key:      %s\n",
+					       json_string_value(json_object_get(o, "key")));
 			}
 			if (json_object_get(o, "blocks"))
 				printf("blocks:   %lld\n",

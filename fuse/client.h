@@ -139,6 +139,8 @@ int fcl_master_resolve(fcl *c, const char *path, fcl_attr *out, cis_errmsg *em);
 /* fcl_meta_src callbacks. */
 int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
 int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em);
+/* A link's text (*target is the caller's); -EINVAL for anything else. */
+int fcl_master_readlink(fcl *c, uint64_t ino, char **target, cis_errmsg *em);
 /* One page; *out is the caller's (cis__read_dir_reply__free_unpacked). */
 int fcl_master_readdir(fcl *c, uint64_t ino, uint64_t cookie, uint32_t max, Cis__ReadDirReply **out,
                        cis_errmsg *em);

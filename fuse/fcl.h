@@ -117,6 +117,7 @@ size_t fcl_inodes_count(fcl_inodes *t);
 typedef struct fcl_attr {
 	uint64_t ino; /* master inode id */
 	bool is_dir;
+	bool is_link; /* a symbolic link: size is its text's length */
 	uint64_t size;
 	int64_t mtime_ns;
 	uint32_t mode; /* permission bits only */

@@ -55,7 +55,7 @@ static void fill_stat(const fcl *c, const fcl_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = to_fuse(c, a->ino);
-	st->st_mode = (a->is_dir ? S_IFDIR : S_IFREG) | (a->mode & 07777);
+	st->st_mode = (a->is_dir ? S_IFDIR : a->is_link ? S_IFLNK : S_IFREG) | (a->mode & 07777);
 	st->st_nlink = a->nlink;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
@@ -113,6 +113,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* A link's text never changes under one inode (the master gives a
+	 * changed link a new one): the kernel may keep it. */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 }
 
@@ -184,6 +188,21 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_attr(req, &st, c->opts->attr_timeout);
 }
 
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	fcl *c = req_fcl(req);
+	cis_errmsg em = {{0}};
+	char *target = NULL;
+	int rc = fcl_master_readlink(c, to_master(c, ino), &target, &em);
+	if (rc) {
+		log_err("readlink", ino, rc, &em);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	fuse_reply_readlink(req, target);
+	free(target);
+}
+
 /* Size and free space: the cluster's cache (df shows how much of the
  * dataset fits; the store behind it has no size to give). */
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -245,7 +264,7 @@ static void note_listing(fcl *c, uint64_t dino, const fcl_dir *d)
 		for (size_t i = 0; i < d->n; i++)
 			if (d->ents[i].a.is_dir)
 				subdirs[nsub++] = d->ents[i].a.ino;
-			else
+			else if (!d->ents[i].a.is_link)
 				files[n++] = (fcl_da_file){d->ents[i].a.ino, d->ents[i].a.size};
 		fcl_da_listed(c->da, dino, files, n, subdirs, nsub);
 	}
@@ -672,6 +691,7 @@ static const struct fuse_lowlevel_ops ops = {
     .forget = op_forget,
     .forget_multi = op_forget_multi,
     .getattr = op_getattr,
+    .readlink = op_readlink,
     .statfs = op_statfs,
     .access = op_access,
     .opendir = op_opendir,

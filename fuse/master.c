@@ -56,14 +56,15 @@ void fcl_attr_from_inode(const Cis__Inode *in, fcl_attr *a)
 	*a = (fcl_attr){
 	    .ino = in->id,
 	    .is_dir = in->type == CIS__INODE_TYPE__INODE_DIR,
+	    .is_link = in->type == CIS__INODE_TYPE__INODE_LINK,
 	    .size = in->size,
 	    .mtime_ns = in->mtime_ns,
 	    .mode = in->mode & 07777,
 	    .nlink = in->nlink ? in->nlink : (in->type == CIS__INODE_TYPE__INODE_DIR ? 2 : 1),
 	};
 	if (a->mode == 0)
-		a->mode = a->is_dir ? 0755 : 0644;
-	if (!a->is_dir && in->version && in->version[0])
+		a->mode = a->is_dir ? 0755 : a->is_link ? 0777 : 0644;
+	if (!a->is_dir && !a->is_link && in->version && in->version[0])
 		a->vhash = fcl_version_hash(in->version);
 }
 
@@ -110,23 +111,48 @@ int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *ou
 	return rc;
 }
 
-int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+/* The inode as the master has it now; *rep is the caller's on success. */
+static int getattr_call(fcl *c, uint64_t ino, Cis__GetAttrReply **rep, cis_errmsg *em)
 {
-	fcl *c = ctx;
 	count_call(c, FCL_MOP_GETATTR);
 	Cis__GetAttrRequest req = CIS__GET_ATTR_REQUEST__INIT;
 	req.inode = ino;
-	Cis__GetAttrReply *rep = NULL;
 	int rc = call(c->master, CIS_MSG_MASTER_GETATTR, &req.base,
-	              &cis__get_attr_reply__descriptor, (ProtobufCMessage **)&rep, 0, em);
+	              &cis__get_attr_reply__descriptor, (ProtobufCMessage **)rep, 0, em);
 	if (rc) {
 		note_master_error(c, rc, em);
 		return rc;
 	}
-	if (!rep->inode)
-		rc = cis_fail(em, -CIS_E_PROTO, "getattr reply without an inode");
-	else
-		fcl_attr_from_inode(rep->inode, out);
+	if (!(*rep)->inode) {
+		cis__get_attr_reply__free_unpacked(*rep, NULL);
+		return cis_fail(em, -CIS_E_PROTO, "getattr reply without an inode");
+	}
+	return 0;
+}
+
+int fcl_master_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+{
+	Cis__GetAttrReply *rep;
+	int rc = getattr_call(ctx, ino, &rep, em);
+	if (rc)
+		return rc;
+	fcl_attr_from_inode(rep->inode, out);
+	cis__get_attr_reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int fcl_master_readlink(fcl *c, uint64_t ino, char **target, cis_errmsg *em)
+{
+	Cis__GetAttrReply *rep;
+	int rc = getattr_call(c, ino, &rep, em);
+	if (rc)
+		return rc;
+	if (rep->inode->type != CIS__INODE_TYPE__INODE_LINK || !rep->inode->link_target ||
+	    !rep->inode->link_target[0])
+		rc = cis_fail(em, -EINVAL, "inode %llu: not a symbolic link",
+		              (unsigned long long)ino);
+	else if (!(*target = strdup(rep->inode->link_target)))
+		rc = -ENOMEM;
 	cis__get_attr_reply__free_unpacked(rep, NULL);
 	return rc;
 }

@@ -29,12 +29,22 @@ static int fail_msg(json_t **out, int status, const char *msg)
 
 static json_t *inode_json(const mst_inode *i, const char *path)
 {
-	return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s, s:b}", "inode",
-	                 (json_int_t)i->id, "parent", (json_int_t)i->parent, "name", i->name,
-	                 "path", path, "type", i->type == MST_DIR ? "dir" : "file", "size",
-	                 (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns, "mode",
-	                 (json_int_t)i->mode, "version", i->version, "mount_id",
-	                 (json_int_t)i->mount_id, "key", i->key, "mount_point", i->mount_point);
+	bool link = i->type == MST_LINK;
+	json_t *j = json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s, s:b}",
+	                      "inode", (json_int_t)i->id, "parent", (json_int_t)i->parent, "name",
+	                      i->name, "path", path, "type",
+	                      i->type == MST_DIR ? "dir"
+	                      : link             ? "link"
+	                                         : "file",
+	                      "size", (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns,
+	                      "mode", (json_int_t)i->mode, "version", i->version, "mount_id",
+	                      (json_int_t)i->mount_id, "key", link ? "" : i->key, "mount_point",
+	                      i->mount_point);
+	if (j && link && json_object_set_new(j, "link_target", json_string(i->link_target)) != 0) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 /* A path from a query parameter or a JSON field, checked. */
@@ -263,7 +273,7 @@ static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
 	json_object_set_new(o, "mount", mj);
 	if (ino->type == MST_DIR)
 		json_object_set_new(o, "listed_ns", json_integer(ino->listed_ns));
-	else if (json_is_object(mj))
+	else if (ino->type == MST_FILE && json_is_object(mj))
 		json_object_set_new(
 		    o, "blocks",
 		    json_integer(

@@ -30,7 +30,7 @@
 #define MST_DEFAULT_BLOCK   (4u << 20)
 #define MST_DEFAULT_SYNC_MS (300u * 1000u)
 
-enum mst_type { MST_FILE = 1, MST_DIR = 2 };
+enum mst_type { MST_FILE = 1, MST_DIR = 2, MST_LINK = 3 };
 
 /* One inode, decoded from LMDB (strings copied out of the transaction). */
 typedef struct mst_inode {
@@ -45,7 +45,11 @@ typedef struct mst_inode {
 	bool mount_point;
 	char name[MST_NAME_MAX + 1];
 	char version[CIS_UFS_VERSION_MAX];
-	char key[MST_PATH_MAX + 1]; /* relative to the mount's URI root */
+	/* One place in LMDB: a link is never read, so it has no key. */
+	union {
+		char key[MST_PATH_MAX + 1];         /* relative to the mount's URI root */
+		char link_target[MST_PATH_MAX + 1]; /* links: the store's text */
+	};
 } mst_inode;
 
 /* One mount; the table is small and kept in memory as well as in LMDB. */
@@ -236,9 +240,10 @@ void mst_strv_free(char **v, size_t n);
 
 /* walk.c: depth-first walk of the files below a path, in name order (each
  * directory's entries bytewise; a file's path compares with
- * mst_path_order). With list, directories are listed from the store as
- * lookups do; without, only what LMDB holds is walked. fn returns 0 to go
- * on, > 0 to stop, < 0 to fail. Memory: O(depth * page), not O(files). */
+ * mst_path_order); links are neither followed nor handed to fn. With list,
+ * directories are listed from the store as lookups do; without, only what
+ * LMDB holds is walked. fn returns 0 to go on, > 0 to stop, < 0 to fail.
+ * Memory: O(depth * page), not O(files). */
 typedef int (*mst_walk_fn)(void *arg, const char *path, const mst_inode *file);
 /* A directory below the root that could not be listed: return 0 to skip
  * it and go on, negative to fail the walk. NULL: fail the walk. */

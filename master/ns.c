@@ -115,8 +115,10 @@ static int cmp_entry(const void *a, const void *b)
 
 static void listing_free(struct listing *l)
 {
-	for (size_t i = 0; i < l->n; i++)
+	for (size_t i = 0; i < l->n; i++) {
 		free(l->e[i].name);
+		free(l->e[i].link_target);
+	}
 	free(l->e);
 }
 
@@ -155,6 +157,7 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 			}
 			l->e[l->n] = pg.entries[i];
 			pg.entries[i].name = NULL; /* moved */
+			pg.entries[i].link_target = NULL;
 			l->n++;
 		}
 		if (!err && pg.next_token)
@@ -209,16 +212,25 @@ static bool key_fits(const mst_inode *dir, const cis_ufs_entry *e)
 	return strlen(dir->key) + 1 + strlen(e->name) <= MST_PATH_MAX;
 }
 
+static uint8_t entry_type(const cis_ufs_entry *e)
+{
+	return e->link_target ? MST_LINK : e->st.is_dir ? MST_DIR : MST_FILE;
+}
+
 static void fill_from_store(mst_inode *ino, const mst_inode *dir, const cis_ufs_entry *e)
 {
 	ino->parent = dir->id;
 	ino->mount_id = dir->mount_id;
-	ino->type = e->st.is_dir ? MST_DIR : MST_FILE;
+	ino->type = entry_type(e);
 	ino->size = e->st.is_dir ? 0 : e->st.size;
 	ino->mtime_ns = e->st.mtime_ns;
 	ino->mode = e->st.mode ? (e->st.mode & 07777) : (e->st.is_dir ? 0755 : 0644);
 	snprintf(ino->version, sizeof(ino->version), "%s", e->st.is_dir ? "" : e->st.version);
 	snprintf(ino->name, sizeof(ino->name), "%s", e->name);
+	if (e->link_target) {
+		snprintf(ino->link_target, sizeof(ino->link_target), "%s", e->link_target);
+		return;
+	}
 	size_t dl = strlen(dir->key), nl = strlen(e->name);
 	if (dl + 1 + nl > MST_PATH_MAX) { /* callers check key_fits first */
 		ino->key[0] = 0;
@@ -304,7 +316,10 @@ static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, stru
 		const cis_ufs_entry *e = &l->e[i];
 		if (ch->mount_point || ch->mount_id != dir->mount_id) {
 			/* a nested mount point hides the store's entry */
-		} else if ((ch->type == MST_DIR) != e->st.is_dir) {
+		} else if (ch->type != entry_type(e) ||
+		           (e->link_target && strcmp(ch->link_target, e->link_target) != 0)) {
+			/* A new inode: what a client cached of the old one (a
+			 * link's text among it) stays with the old one. */
 			err = mst_inode_del_tree(m, txn, ch->id);
 			if (!err)
 				err = add_entry(m, txn, dir, e, ch, nd);

@@ -29,7 +29,9 @@ static Cis__Inode *inode_msg(const mst_inode *i)
 	cis__inode__init(p);
 	p->id = i->id;
 	p->parent = i->parent;
-	p->type = i->type == MST_DIR ? CIS__INODE_TYPE__INODE_DIR : CIS__INODE_TYPE__INODE_FILE;
+	p->type = i->type == MST_DIR    ? CIS__INODE_TYPE__INODE_DIR
+	          : i->type == MST_LINK ? CIS__INODE_TYPE__INODE_LINK
+	                                : CIS__INODE_TYPE__INODE_FILE;
 	p->size = i->size;
 	p->mtime_ns = i->mtime_ns;
 	p->mode = i->mode;
@@ -38,8 +40,9 @@ static Cis__Inode *inode_msg(const mst_inode *i)
 	p->mount_point = i->mount_point;
 	p->name = strdup(i->name);
 	p->version = strdup(i->version);
-	p->key = strdup(i->key);
-	if (!p->name || !p->version || !p->key) {
+	p->key = strdup(i->type == MST_LINK ? "" : i->key);
+	p->link_target = strdup(i->type == MST_LINK ? i->link_target : "");
+	if (!p->name || !p->version || !p->key || !p->link_target) {
 		protobuf_c_message_free_unpacked(&p->base, NULL);
 		return NULL;
 	}
@@ -119,6 +122,9 @@ static int h_open(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)
 		return err;
 	if (ino.type == MST_DIR)
 		return cis_fail(&out->em, -EISDIR, "inode %llu: is a directory",
+		                (unsigned long long)q->inode);
+	if (ino.type == MST_LINK)
+		return cis_fail(&out->em, -ELOOP, "inode %llu: is a symbolic link",
 		                (unsigned long long)q->inode);
 	ProtobufCMessage *mi;
 	err = mst_mount_info(m, ino.mount_id, &mi);

@@ -162,7 +162,7 @@ int mst_walk(mst_master *m, const char *path, bool list, mst_walk_fn fn, mst_wal
 	if (err)
 		goto out_root;
 	if (root->type != MST_DIR) {
-		err = fn(arg, path, root);
+		err = root->type == MST_FILE ? fn(arg, path, root) : 0;
 		goto out_root;
 	}
 	cap = 16;
@@ -198,7 +198,7 @@ int mst_walk(mst_master *m, const char *path, bool list, mst_walk_fn fn, mst_wal
 			break;
 		}
 		if (e->type != MST_DIR) {
-			err = fn(arg, p, e);
+			err = e->type == MST_FILE ? fn(arg, p, e) : 0;
 			free(p);
 			continue;
 		}

@@ -3,7 +3,9 @@
  * Every path is resolved relative to a descriptor of the root with
  * openat2(RESOLVE_BENEATH): symbolic links are followed, but one that leads
  * outside the root (absolute, or ".." past the root) fails with -EACCES, so a
- * store can never expose files beyond its directory. The root is opened per
+ * store can never expose files beyond its directory. A listing shows a link
+ * as a link, with its text as it is (a client resolves it in its own
+ * namespace, as with NFS), whatever it points at. The root is opened per
  * call (one extra openat per operation) rather than once at open time, so
  * that opening contacts nothing and a directory that is replaced or mounted
  * later is picked up.
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +178,43 @@ static int stat_beneath(const struct posix_state *s, int rootfd, const char *pat
 	return 0;
 }
 
+/* A listed entry, not followed if it is a link (then its text), resolved
+ * beneath the root like every path. 0, -ENOMEM, or another code for "skip
+ * it": vanished, or neither a file, a directory nor a link. */
+static int stat_entry(int rootfd, const char *path, cis_ufs_entry *e)
+{
+	char target[PATH_MAX];
+	struct stat sb;
+	ssize_t n = 0;
+	int fd, err = 0;
+
+	fd = open_beneath(rootfd, path, O_PATH | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0)
+		err = -errno;
+	else if (S_ISLNK(sb.st_mode) && (n = readlinkat(fd, "", target, sizeof(target) - 1)) <= 0)
+		err = n < 0 ? -errno : -EINVAL;
+	close(fd);
+	if (err)
+		return err;
+	if (!S_ISLNK(sb.st_mode)) {
+		if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+			return -EINVAL;
+		fill_stat(&sb, &e->st);
+		return 0;
+	}
+	target[n] = 0;
+	e->link_target = strdup(target);
+	if (!e->link_target)
+		return -ENOMEM;
+	memset(&e->st, 0, sizeof(e->st));
+	e->st.size = (uint64_t)n;
+	e->st.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+	e->st.mode = 0777;
+	return 0;
+}
+
 static int posix_check(void *state, cis_errmsg *em)
 {
 	struct posix_state *s = state;
@@ -323,9 +363,14 @@ static int posix_list(void *state, const char *dir, const char *token, size_t ma
 			sprintf(child, "%s/%s", dir, names[i]);
 		else
 			strcpy(child, names[i]);
-		/* Entries that vanished, lead outside the root, or are neither
-		 * files nor directories are not objects: skip them. */
-		if (stat_beneath(s, rootfd, child, &e->st, NULL) != 0)
+		/* Entries that vanished or are neither files, directories nor
+		 * links are not objects: skip them. */
+		err = stat_entry(rootfd, child, e);
+		if (err == -ENOMEM) {
+			cis_fail(em, err, "file://%s/%s: out of memory", root_shown(s), dir);
+			goto out_free;
+		}
+		if (err)
 			continue;
 		e->name = names[i];
 		names[i] = NULL;

@@ -222,8 +222,10 @@ void cis_ufs_page_free(cis_ufs_page *page)
 {
 	if (!page)
 		return;
-	for (size_t i = 0; i < page->n; i++)
+	for (size_t i = 0; i < page->n; i++) {
 		free(page->entries[i].name);
+		free(page->entries[i].link_target);
+	}
 	free(page->entries);
 	free(page->next_token);
 	memset(page, 0, sizeof(*page));

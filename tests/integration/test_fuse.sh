@@ -5,6 +5,8 @@
 #    listing equals the source, every file's sha256 equals the source's,
 #    1,000 random preads match byte for byte, 16 concurrent readers agree;
 #    read short-circuit (same host) and over TCP (--no-short-circuit);
+#  - a file:// store's symbolic links are links in the mount (readlink,
+#    reads through them, a changed link after sync; load skips them);
 #  - ls -l of a 10,000-entry directory costs a few paged ReadDir requests,
 #    not a request per entry; the kernel's forget empties the inode table;
 #    missing names are cached (negative entries);
@@ -57,6 +59,41 @@ want=$(cd "$SRC" && sha256sum "${same[@]}")
 for i in $(seq 16); do
 	[ "$(cat "$CIS_TMP/conc.$i")" = "$want" ] || fail "concurrent reader $i read other bytes"
 done
+
+# --- symbolic links in a file:// store --------------------------------------
+# Shown as links with the store's text, whatever it points at; the kernel
+# follows them in the mount's namespace. A changed link is a new inode (its
+# own mount, with 1 s timeouts, to see the change soon).
+log "file://: symbolic links"
+LNK="$CIS_TMP/links"
+mkdir -p "$LNK/data"
+head -c 300000 /dev/urandom >"$LNK/data/a.bin"
+ln -s data/a.bin "$LNK/first"
+ln -s data "$LNK/d"
+ln -s /etc/hostname "$LNK/abs"
+ln -s nowhere "$LNK/gone"
+"${CLI[@]}" mount /links "file://$LNK" >/dev/null || fail "cistern mount /links"
+MNTL="$CIS_TMP/mnt-links"
+mount_fuse "$MNTL" --root /links --attr-timeout 1 --entry-timeout 1
+assert_eq "$(cd "$MNTL" && find . -type l | LC_ALL=C sort | tr '\n' ' ')" \
+	"./abs ./d ./first ./gone " "links in the mount"
+assert_eq "$(stat -c %F "$MNTL/first")" "symbolic link" "stat of a link"
+assert_eq "$(stat -c %s "$MNTL/first")" 10 "a link's size is its text's length"
+assert_eq "$(readlink "$MNTL/first")" data/a.bin "readlink of a relative link"
+assert_eq "$(readlink "$MNTL/abs")" /etc/hostname "readlink of an absolute link"
+cmp -s "$MNTL/first" "$LNK/data/a.bin" || fail "reading through a link: other bytes"
+assert_eq "$(ls "$MNTL/d/")" a.bin "listing through a link to a directory"
+[ -e "$MNTL/gone" ] && fail "a dangling link resolves"
+"${CLI[@]}" ls -l /links | grep -q ' first -> data/a.bin$' || fail "cistern ls -l shows no link"
+OUT=$("${CLI[@]}" load /links --json) || fail "load /links: $OUT"
+assert_eq "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["counts"]["files"])' <<<"$OUT")" \
+	1 "files loaded under /links (links skipped)"
+ln -sfn data/none "$LNK/first"
+"${CLI[@]}" sync /links >/dev/null || fail "cistern sync /links"
+wait_for 10 bash -c "[ \"\$(readlink '$MNTL/first')\" = data/none ]"
+unmount_fuse "$MNTL"
+FHTTP=$FHTTP_MAIN
+FLOG=$FLOG_MAIN
 
 # --- s3rver, over TCP -------------------------------------------------------
 # The same names and sizes, but the big file at 16 MiB: uploads through

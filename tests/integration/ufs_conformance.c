@@ -366,6 +366,7 @@ static cis_ufs_entry *list_all(cis_ufs *u, const char *dir, size_t max, size_t *
 		for (size_t i = 0; i < page.n; i++) {
 			all[(*n)++] = page.entries[i];
 			page.entries[i].name = NULL;
+			page.entries[i].link_target = NULL;
 		}
 		free(token);
 		token = page.next_token ? strdup(page.next_token) : NULL;
@@ -376,8 +377,10 @@ static cis_ufs_entry *list_all(cis_ufs *u, const char *dir, size_t max, size_t *
 
 static void free_entries(cis_ufs_entry *e, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(e[i].name);
+		free(e[i].link_target);
+	}
 	free(e);
 }
 
@@ -834,13 +837,27 @@ Test(posix, symlinks_stay_beneath_root)
 	cr_expect_eq(cis_ufs_list(u, tgt, NULL, 0, &page, &em), -EACCES);
 	cis_ufs_page_free(&page);
 
-	/* A listing shows the good link and hides the escaping ones. */
+	/* A listing shows every link as itself, with its text as it is; only
+	 * reading through one is held beneath the root. */
 	size_t n;
 	int pages;
 	cis_ufs_entry *all = list_all(u, base, 0, &n, &pages);
-	cr_assert_eq(n, 2, "listed %zu entries", n);
-	cr_expect_str_eq(all[0].name, "in");
-	cr_expect_str_eq(all[1].name, "real");
+	cr_assert_eq(n, 4, "listed %zu entries", n);
+	const char *names[] = {"abs", "in", "real", "up"};
+	const char *targets[] = {"/etc/passwd", "real/file", NULL, "../../../../../../../../etc"};
+	for (size_t i = 0; i < n; i++) {
+		cr_expect_str_eq(all[i].name, names[i]);
+		if (!targets[i]) {
+			cr_expect_null(all[i].link_target, "%s", names[i]);
+			cr_expect(all[i].st.is_dir);
+			continue;
+		}
+		cr_assert_not_null(all[i].link_target, "%s is listed as a link", names[i]);
+		cr_expect_str_eq(all[i].link_target, targets[i]);
+		cr_expect_eq(all[i].st.size, strlen(targets[i]));
+		cr_expect_not(all[i].st.is_dir);
+		cr_expect_str_eq(all[i].st.version, "");
+	}
 	free_entries(all, n);
 	cis_ufs_close(u);
 }

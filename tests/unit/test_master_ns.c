@@ -321,6 +321,62 @@ Test(master, rpc_lookup_open_and_garbage)
 	mst_reply_clear(&r);
 }
 
+/* A file:// store's links are inodes of their own: typed, with the text,
+ * kept across a restart, a changed text (or a link become a file) is a new
+ * inode; GETATTR carries the text, OPEN refuses a link. */
+Test(master, links_listed_as_links)
+{
+	cis_errmsg em = {{0}};
+	mst_inode l, l2;
+	uint64_t dirs;
+	char p[400];
+	mst_reply r;
+	snprintf(p, sizeof(p), "%s/lnk", store);
+	cr_assert_eq(symlink("sub/c.bin", p), 0);
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/lnk", &l, &em), 0, "%s", em.text);
+	cr_assert_eq(l.type, MST_LINK);
+	cr_assert_str_eq(l.link_target, "sub/c.bin");
+	cr_assert_eq(l.size, 9);
+
+	Cis__GetAttrRequest gq = CIS__GET_ATTR_REQUEST__INIT;
+	gq.inode = l.id;
+	call(CIS_MSG_MASTER_GETATTR, &gq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	Cis__Inode *gi = ((Cis__GetAttrReply *)r.msg)->inode;
+	cr_assert_eq(gi->type, CIS__INODE_TYPE__INODE_LINK);
+	cr_assert_str_eq(gi->link_target, "sub/c.bin");
+	cr_assert_str_eq(gi->key, "");
+	mst_reply_clear(&r);
+	Cis__OpenRequest oq = CIS__OPEN_REQUEST__INIT;
+	oq.inode = l.id;
+	call(CIS_MSG_MASTER_OPEN, &oq.base, &r);
+	cr_assert_eq(r.code, -ELOOP);
+	mst_reply_clear(&r);
+
+	mst_close(m);
+	open_master();
+	cr_assert_eq(mst_ns_resolve(m, "/data/lnk", &l2, &em), 0, "%s", em.text);
+	cr_assert_eq(l2.id, l.id);
+	cr_assert_str_eq(l2.link_target, "sub/c.bin");
+
+	unlink(p);
+	cr_assert_eq(symlink("b.txt", p), 0);
+	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/lnk", &l2, &em), 0, "%s", em.text);
+	cr_assert_neq(l2.id, l.id, "a changed link is a new inode");
+	cr_assert_str_eq(l2.link_target, "b.txt");
+	cr_assert_eq(l2.size, 5);
+
+	unlink(p);
+	put_file(store, "lnk", "now a file");
+	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/lnk", &l, &em), 0, "%s", em.text);
+	cr_assert_eq(l.type, MST_FILE);
+	cr_assert_neq(l.id, l2.id);
+	cr_assert_str_eq(l.key, "lnk");
+}
+
 Test(master, workers_register_heartbeat_lost)
 {
 	mst_reply r;

@@ -38,9 +38,14 @@ struct cis_ufs_stat {
 	char version[CIS_UFS_VERSION_MAX];
 };
 
+/* A listed entry. A symbolic link (only a file:// store has them) is shown
+ * as itself: link_target is its text, verbatim, and st says is_dir false,
+ * size the text's length, no version; link_target is NULL for files and
+ * directories. */
 typedef struct cis_ufs_entry {
 	char *name; /* one path component, no slashes */
 	struct cis_ufs_stat st;
+	char *link_target;
 } cis_ufs_entry;
 
 /* One page of one directory level, in the store's order (S3: bytewise
@@ -71,11 +76,12 @@ const char *cis_ufs_uri(const cis_ufs *u);
 int cis_ufs_check(cis_ufs *u, cis_errmsg *em);
 
 /* A file or directory. S3: HEAD of the key, then a one-key listing of
- * "path/" to find a directory. */
+ * "path/" to find a directory. file://: symbolic links on the way and at
+ * the end are followed (beneath the root only). */
 int cis_ufs_stat(cis_ufs *u, const char *path, struct cis_ufs_stat *st, cis_errmsg *em);
 
 /* One level of dir, at most max entries (0: the store's default), starting
- * at token (NULL for the first page). page is the caller's afterwards
+ * at token (NULL for the first page); links are listed as links. page is the caller's afterwards
  * (cis_ufs_page_free), also on failure (then empty). */
 int cis_ufs_list(cis_ufs *u, const char *dir, const char *token, size_t max, cis_ufs_page *page,
                  cis_errmsg *em);
