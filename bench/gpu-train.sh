@@ -10,7 +10,9 @@
 #   GPU_WORK  scratch directory: datasets, cache, mount (default /var/tmp/gpu-train)
 #   GPU_RAW_SAMPLES, GPU_JPEG_SAMPLES  dataset sizes (64,000 and 24,000)
 #   OUT       where the results go (default $GPU_WORK/out): run*.json per
-#             model, gpu-train-file.json (for bench/results/), metrics.txt,
+#             model, gpu-train-file.json (for bench/results/; in bench/kept/,
+#             with a "kept" field saying when and where it was measured, it is
+#             shown by runs without a GPU), metrics.txt,
 #             cistern-logs.tar.gz
 #
 # The store is the datasets' directory itself (file://), so Cistern's cold

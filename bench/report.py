@@ -304,6 +304,8 @@ def main():
             # A benchmark with its own table (bench/master_ls.py and the like).
             params = ", ".join(f"{k} {v}" for k, v in d.get("params", {}).items())
             md.append(f"Parameters: {params}; {d.get('repeats', 1)} repeats.")
+            if d.get("kept"):
+                md.append(f"**Not run with the rest**: the kept result (bench/kept/), {d['kept']}.")
             md.append("")
             t = d.get("table")
             if t and t["rows"]:

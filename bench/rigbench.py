@@ -245,7 +245,7 @@ def cmd_fuse(a):
         "extra": f"FUSE: cistern-fuse against one master and one worker on this host, the "
                  f"dataset on s3rver mounted at /s3 (4 MiB blocks), read whole by {k} "
                  f"concurrent dd bs=1M readers (one file each; {HOT_PASSES} passes each for the "
-                 "hot re-read rows). The tree: {len(tree):,} empty "
+                 f"hot re-read rows). The tree: {len(tree):,} empty "
                  f"files in a file:// mount at /tree; its first find through the mount took "
                  f"{first:.1f} s (listing, not in the figures); the stat rows are os.lstat of "
                  "every file, one thread, after that.",

@@ -70,4 +70,13 @@ for n in "${names[@]}"; do
 done
 echo "- Finished $(date -u '+%H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)." >>"$notes"
 
+# Benchmarks this machine cannot run (the GPU one needs a lent GPU machine)
+# keep their last result in bench/kept/; it is shown, marked, when this run
+# has none of its own.
+for kept in "$bench"/kept/*.json; do
+	[ -f "$kept" ] && [ ! -f "$results/$(basename "$kept")" ] || continue
+	cp "$kept" "$results/"
+	echo "- \`$(basename "$kept")\`: not run here; the table is the result kept in bench/kept/." >>"$notes"
+done
+
 python3 "$bench/report.py" --results "$results" --out "$top/docs/benchmarks.md" --notes "$notes"
