@@ -11,6 +11,8 @@
 #include "cistern/rpc.h"
 #include "master.h"
 
+#define MASTER_HTTP_THREADS 4
+
 static const cis_opt opts[] = {
     {"data-dir", "DIR", "/var/lib/cistern/master", "where the LMDB state lives", false, 0},
     {"bind", "ADDR", "0.0.0.0", "address to listen on", false, 0},
@@ -134,6 +136,9 @@ int main(int argc, char **argv)
 	    .bind_addr = cis_config_str(cfg, "bind"),
 	    .port = (uint16_t)http_port,
 	    .metrics = metrics,
+	    /* A report or a sync of a big tree holds its thread for seconds;
+	     * the others keep /healthz (the kubelet's probe) and the API up. */
+	    .threads = MASTER_HTTP_THREADS,
 	};
 	rc = cis_http_server_new(&ho, &http, &em);
 	if (rc)

@@ -1,6 +1,6 @@
 /* cistern-master internals, shared by the files of master/ only.
  *
- * Threads: the RPC I/O threads and the HTTP thread call into ns/mounts/
+ * Threads: the RPC I/O threads and the HTTP threads call into ns/mounts/
  * workers concurrently. The namespace lives in LMDB only (no in-memory copy):
  * each call opens its own read transaction (MDB_NOTLS, so any thread may),
  * writes are serialised by LMDB (one write transaction at a time). A lookup

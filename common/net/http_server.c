@@ -1,6 +1,10 @@
 /* The HTTP server on libevent's evhttp (http.h).
  *
- * One thread runs one event_base with one evhttp. Every request goes
+ * Each of opts.threads threads runs its own event_base and evhttp, all
+ * accepting on one listening socket (each evhttp holds a dup of it): a
+ * handler that takes long (a report walking ten million files) holds one
+ * thread, and the others go on answering /healthz and the API. Handlers
+ * must therefore be thread-safe when threads > 1. Every request goes
  * through dispatch(): built-in endpoints first (/healthz, /readyz,
  * /metrics), then the route table (exact paths before prefixes, the
  * longest prefix first). A request whose path matches a route but not its
@@ -42,9 +46,17 @@ struct route {
 	void *ctx;
 };
 
-struct cis_http_server {
+/* One serving thread. */
+struct http_loop {
 	struct event_base *base;
 	struct evhttp *http;
+	struct event *stop_ev; /* activated from another thread to stop the loop */
+	pthread_t thread;
+};
+
+struct cis_http_server {
+	struct http_loop *loops;
+	int nloops;
 	uint16_t port;
 	size_t max_body;
 	cis_metrics *metrics;
@@ -52,8 +64,6 @@ struct cis_http_server {
 	void *ready_ctx;
 	struct route *routes;
 	size_t nroutes;
-	struct event *stop_ev; /* activated from another thread to stop the loop */
-	pthread_t thread;
 	bool started;
 };
 
@@ -426,11 +436,46 @@ out:
  * lost if it came before the loop started (the loop clears the flag). */
 static void stop_cb(evutil_socket_t fd, short what, void *arg)
 {
-	cis_http_server *s = arg;
+	struct http_loop *l = arg;
 
 	(void)fd;
 	(void)what;
-	event_base_loopbreak(s->base);
+	event_base_loopbreak(l->base);
+}
+
+static void loop_free(struct http_loop *l)
+{
+	if (l->stop_ev)
+		event_free(l->stop_ev);
+	if (l->http)
+		evhttp_free(l->http);
+	if (l->base)
+		event_base_free(l->base);
+}
+
+/* A loop serving s's routes, accepting on fd (which it owns from here, also
+ * on failure). */
+static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
+{
+	l->base = event_base_new();
+	l->http = l->base ? evhttp_new(l->base) : NULL;
+	l->stop_ev = l->base ? event_new(l->base, -1, 0, stop_cb, l) : NULL;
+	if (!l->http || !l->stop_ev) {
+		close(fd);
+		return -ENOMEM;
+	}
+	evhttp_set_max_body_size(l->http, (ev_ssize_t)s->max_body);
+	evhttp_set_timeout(l->http, CONN_TIMEOUT_S);
+	evhttp_set_allowed_methods(l->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+	                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+	                                        EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(l->http, dispatch, s);
+	/* The listener owns fd from here (closed by evhttp_free). */
+	if (!evhttp_accept_socket_with_handle(l->http, fd)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out, cis_errmsg *em)
@@ -447,43 +492,33 @@ int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out,
 	s->metrics = opts->metrics;
 	s->ready = opts->ready;
 	s->ready_ctx = opts->ready_ctx;
+	s->loops = calloc(opts->threads > 0 ? (size_t)opts->threads : 1, sizeof(*s->loops));
+	if (!s->loops) {
+		free(s);
+		return -ENOMEM;
+	}
 	r = cis_net_listen_tcp(opts->bind_addr ? opts->bind_addr : "0.0.0.0", opts->port, &fd,
 	                       &s->port, em);
 	if (r)
 		goto out_free;
-	r = -ENOMEM;
-	s->base = event_base_new();
-	if (!s->base)
-		goto out_close;
-	s->http = evhttp_new(s->base);
-	if (!s->http)
-		goto out_base;
-	evhttp_set_max_body_size(s->http, (ev_ssize_t)s->max_body);
-	evhttp_set_timeout(s->http, CONN_TIMEOUT_S);
-	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-	                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-	                                        EVHTTP_REQ_PATCH);
-	evhttp_set_gencb(s->http, dispatch, s);
-	s->stop_ev = event_new(s->base, -1, 0, stop_cb, s);
-	if (!s->stop_ev)
-		goto out_http;
-	/* The listener owns fd from here (closed by evhttp_free). */
-	if (!evhttp_accept_socket_with_handle(s->http, fd)) {
-		cis_fail(em, r, "http listen on port %u: cannot add listener", s->port);
-		goto out_http;
+	for (int i = 0; i < (opts->threads > 0 ? opts->threads : 1); i++) {
+		int lfd = i == 0 ? fd : dup(fd);
+
+		r = lfd < 0 ? -errno : loop_init(s, &s->loops[i], lfd);
+		s->nloops++;
+		if (r) {
+			cis_fail(em, r, "http listen on port %u: cannot add listener: %s", s->port,
+			         strerror(-r));
+			goto out_free;
+		}
 	}
 	*out = s;
 	return 0;
 
-out_http:
-	if (s->stop_ev)
-		event_free(s->stop_ev);
-	evhttp_free(s->http);
-out_base:
-	event_base_free(s->base);
-out_close:
-	close(fd);
 out_free:
+	for (int i = 0; i < s->nloops; i++)
+		loop_free(&s->loops[i]);
+	free(s->loops);
 	free(s);
 	return r;
 }
@@ -518,10 +553,19 @@ int cis_http_route(cis_http_server *s, const char *method, const char *path, cis
 
 static void *http_thread(void *arg)
 {
-	cis_http_server *s = arg;
+	struct http_loop *l = arg;
 
-	event_base_dispatch(s->base);
+	event_base_dispatch(l->base);
 	return NULL;
+}
+
+/* Stop and join the first n loops' threads. */
+static void stop_loops(cis_http_server *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		event_active(s->loops[i].stop_ev, EV_READ, 1);
+	for (int i = 0; i < n; i++)
+		pthread_join(s->loops[i].thread, NULL);
 }
 
 int cis_http_server_start(cis_http_server *s)
@@ -530,9 +574,13 @@ int cis_http_server_start(cis_http_server *s)
 
 	if (s->started)
 		return -EINVAL;
-	r = pthread_create(&s->thread, NULL, http_thread, s);
-	if (r)
-		return -r;
+	for (int i = 0; i < s->nloops; i++) {
+		r = pthread_create(&s->loops[i].thread, NULL, http_thread, &s->loops[i]);
+		if (r) {
+			stop_loops(s, i);
+			return -r;
+		}
+	}
 	s->started = true;
 	return 0;
 }
@@ -546,13 +594,11 @@ void cis_http_server_free(cis_http_server *s)
 {
 	if (!s)
 		return;
-	if (s->started) {
-		event_active(s->stop_ev, EV_READ, 1);
-		pthread_join(s->thread, NULL);
-	}
-	event_free(s->stop_ev);
-	evhttp_free(s->http);
-	event_base_free(s->base);
+	if (s->started)
+		stop_loops(s, s->nloops);
+	for (int i = 0; i < s->nloops; i++)
+		loop_free(&s->loops[i]);
+	free(s->loops);
 	for (size_t i = 0; i < s->nroutes; i++) {
 		free(s->routes[i].method);
 		free(s->routes[i].path);

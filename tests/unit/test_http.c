@@ -1,5 +1,6 @@
 /* The HTTP server (routes, errors, built-ins) driven by the HTTP client. */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -304,6 +305,83 @@ Test(http, free_without_start_and_right_after_start)
 	cis_http_server_free(s2);
 	cr_assert_eq(cis_http_server_new(&o, &s2, NULL), 0);
 	cr_assert_eq(cis_http_server_start(s2), 0);
+	cis_http_server_free(s2);
+}
+
+/* A handler that holds its thread until released (at most 10 s). */
+static pthread_mutex_t slow_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slow_cond = PTHREAD_COND_INITIALIZER;
+static bool slow_entered, slow_release;
+
+static void h_slow(void *ctx, cis_http_req *r)
+{
+	struct timespec until;
+
+	(void)ctx;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&slow_lock);
+	slow_entered = true;
+	pthread_cond_broadcast(&slow_cond);
+	while (!slow_release && pthread_cond_timedwait(&slow_cond, &slow_lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&slow_lock);
+	cis_http_reply_json(r, 200, json_pack("{s:b}", "slow", 1));
+}
+
+static void *call_slow(void *arg)
+{
+	long st = 0;
+	json_t *out = NULL;
+
+	cis_http_call(arg, "GET", "/slow", NULL, 15000, &st, &out, NULL);
+	json_decref(out);
+	return (void *)st;
+}
+
+/* With several threads, a handler that takes long holds one of them: the
+ * built-ins and the other routes are still answered at once. */
+Test(http, slow_handler_holds_one_thread_only)
+{
+	cis_http_server_opts o = {.bind_addr = "127.0.0.1", .threads = 3};
+	cis_http_server *s2;
+	char b2[64];
+	pthread_t th;
+	long st = 0;
+	json_t *out = NULL;
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(cis_http_server_new(&o, &s2, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_http_route(s2, "GET", "/slow", h_slow, NULL), 0);
+	cr_assert_eq(cis_http_route(s2, "GET", "/fast", h_get, "fast"), 0);
+	cr_assert_eq(cis_http_server_start(s2), 0);
+	snprintf(b2, sizeof(b2), "http://127.0.0.1:%u", cis_http_server_port(s2));
+	cr_assert_eq(pthread_create(&th, NULL, call_slow, b2), 0);
+	pthread_mutex_lock(&slow_lock);
+	while (!slow_entered)
+		pthread_cond_wait(&slow_cond, &slow_lock);
+	pthread_mutex_unlock(&slow_lock);
+
+	for (int i = 0; i < 5; i++) {
+		uint64_t t0 = cis_mono_ns();
+		cr_assert_eq(cis_http_call(b2, "GET", "/healthz", NULL, 2000, &st, &out, &em), 0,
+		             "healthz while a handler is busy: %s", em.text);
+		cr_assert_eq(st, 200);
+		json_decref(out);
+		cr_assert_eq(cis_http_call(b2, "GET", "/fast", NULL, 2000, &st, &out, &em), 0, "%s",
+		             em.text);
+		cr_assert_eq(st, 200);
+		json_decref(out);
+		cr_assert_lt(cis_mono_ns() - t0, 1000000000ull, "answered behind the slow handler");
+	}
+
+	pthread_mutex_lock(&slow_lock);
+	slow_release = true;
+	pthread_cond_broadcast(&slow_cond);
+	pthread_mutex_unlock(&slow_lock);
+	void *ret;
+	pthread_join(th, &ret);
+	cr_assert_eq((long)ret, 200, "the slow request itself");
 	cis_http_server_free(s2);
 }
 

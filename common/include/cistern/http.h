@@ -33,6 +33,7 @@ typedef struct cis_http_server_opts {
 	struct cis_metrics *metrics; /* served at /metrics, or NULL */
 	cis_http_ready_fn ready;     /* NULL: always ready */
 	void *ready_ctx;
+	int threads; /* serving threads (0: 1); above 1, handlers run concurrently */
 } cis_http_server_opts;
 
 /* Bind (EADDRINUSE fails with em) but do not serve until started, so routes
