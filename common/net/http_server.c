@@ -481,7 +481,7 @@ static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
 int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out, cis_errmsg *em)
 {
 	cis_http_server *s;
-	int fd, r;
+	int fd, r, nthreads;
 
 	*out = NULL;
 	cis_net_threads_init();
@@ -492,7 +492,8 @@ int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out,
 	s->metrics = opts->metrics;
 	s->ready = opts->ready;
 	s->ready_ctx = opts->ready_ctx;
-	s->loops = calloc(opts->threads > 0 ? (size_t)opts->threads : 1, sizeof(*s->loops));
+	nthreads = opts->threads > 0 ? opts->threads : 1;
+	s->loops = calloc((size_t)nthreads, sizeof(*s->loops));
 	if (!s->loops) {
 		free(s);
 		return -ENOMEM;
@@ -501,7 +502,7 @@ int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out,
 	                       &s->port, em);
 	if (r)
 		goto out_free;
-	for (int i = 0; i < (opts->threads > 0 ? opts->threads : 1); i++) {
+	for (int i = 0; i < nthreads; i++) {
 		int lfd = i == 0 ? fd : dup(fd);
 
 		r = lfd < 0 ? -errno : loop_init(s, &s->loops[i], lfd);
