@@ -40,7 +40,10 @@ static json_t *inode_json(const mst_inode *i, const char *path)
 	                      "mode", (json_int_t)i->mode, "version", i->version, "mount_id",
 	                      (json_int_t)i->mount_id, "key", link ? "" : i->key, "mount_point",
 	                      i->mount_point);
-	if (j && link && json_object_set_new(j, "link_target", json_string(i->link_target)) != 0) {
+	/* A text that is not UTF-8 cannot be a JSON string: null, the entry kept. */
+	json_t *target = link ? json_string(i->link_target) : NULL;
+	if (j && link &&
+	    json_object_set_new(j, "link_target", target ? target : json_null()) != 0) {
 		json_decref(j);
 		return NULL;
 	}
@@ -572,15 +575,16 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	if (err)
 		return fail(out, err, &em);
 	uint64_t job = 0;
+	pthread_mutex_lock(&m->policy_lock);
 	if (jp) {
 		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path};
 		/* pin: the capacity check comes first, before the policy is kept */
 		err = mst_job_submit(m, &r, &job, &em);
-		if (err)
-			return fail(out, err, &em);
 	}
-	err =
-	    mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl, rec && jr, &em);
+	if (!err)
+		err = mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl,
+		                        rec && jr, &em);
+	pthread_mutex_unlock(&m->policy_lock);
 	if (err)
 		return fail(out, err, &em);
 	if (jr)

@@ -1049,7 +1049,7 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 	return 0;
 }
 
-int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
+static int job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
 {
 	struct mst_jobs *js = m->jobs;
 	mst_inode *ino;
@@ -1127,6 +1127,14 @@ int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_er
 	         j->type, j->path, j->replicas);
 	*id_out = id;
 	return 0;
+}
+
+int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
+{
+	pthread_mutex_lock(&m->policy_lock);
+	int err = job_submit(m, r, id_out, em);
+	pthread_mutex_unlock(&m->policy_lock);
+	return err;
 }
 
 int mst_jobs_resume(mst_master *m)

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "cistern/config.h"
 #include "cistern/http.h"
 #include "cistern/log.h"
@@ -83,6 +85,8 @@ int main(int argc, char **argv)
 	int64_t rpc_port, http_port, io_threads, list_ahead;
 	uint64_t map_size, hb_ms, lost_ms, repl_ms;
 	enum cis_log_level lvl;
+	/* Once, before any thread: the API's report asks workers over libcurl. */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
 	int rc = cis_config_load(&cfg, opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
 		cis_config_usage(opts, stdout, "cistern-master [--config FILE] [flags]");
@@ -163,9 +167,10 @@ int main(int argc, char **argv)
 	rc = cis_rpc_server_start(&ro, &rpc, &em);
 	if (rc)
 		cis_die("rpc: %s", cis_errmsg_or(&em, rc));
+	/* Before the API takes new jobs, so none is taken for one to resume. */
+	mst_jobs_resume(m);
 	if (cis_http_server_start(http))
 		cis_die("http: cannot start");
-	mst_jobs_resume(m);
 	cis_info("master started", "rpc_port=%u http_port=%u data_dir=%s mounts=%zu",
 	         cis_rpc_server_port(rpc), cis_http_server_port(http), mo.data_dir,
 	         mst_mount_count(m));

@@ -15,6 +15,11 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 		return -ENOMEM;
 	pthread_mutex_init(&m->mounts_lock, NULL);
 	pthread_mutex_init(&m->mount_op_lock, NULL);
+	pthread_mutexattr_t recursive;
+	pthread_mutexattr_init(&recursive);
+	pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&m->policy_lock, &recursive);
+	pthread_mutexattr_destroy(&recursive);
 	mst_ns_flights_init(m);
 	m->metrics = o->metrics ? o->metrics : cis_metrics_new();
 	if (!m->metrics) {
@@ -90,6 +95,7 @@ void mst_close(mst_master *m)
 	mst_workers_free(m->workers);
 	mst_mounts_free(m);
 	mst_store_close(m);
+	pthread_mutex_destroy(&m->policy_lock);
 	/* The metrics registry is the caller's when it passed one; we cannot
 	 * tell here, so the owner frees it (main.c and the tests pass one). */
 	free(m);

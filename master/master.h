@@ -84,6 +84,10 @@ typedef struct mst_master {
 	mst_mount **graves; /* removed mounts, freed at close (see mounts.c) */
 	size_t ngraves;
 	pthread_mutex_t mount_op_lock; /* one mount/unmount at a time */
+	/* One policy change at a time, a job's submission with the policy it
+	 * keeps (pin, replicas): recursive, as the API's policy call submits a
+	 * job that takes it too. */
+	pthread_mutex_t policy_lock;
 
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
 	pthread_cond_t flight_cond;

@@ -281,9 +281,10 @@ static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const ci
 /* Merge the sorted store listing with the sorted children in one write
  * transaction: vanished entries go (with their subtrees), new ones get
  * fresh ids (new directories noted in nd), changed files keep their id
- * with the new attributes. */
-static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, struct new_dirs *nd,
-                         cis_errmsg *em)
+ * with the new attributes. Nothing is applied if the directory is no
+ * longer in mount_id, the mount that was listed. */
+static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, struct listing *l,
+                         struct new_dirs *nd, cis_errmsg *em)
 {
 	MDB_txn *txn;
 	struct kids k = {0};
@@ -292,6 +293,13 @@ static int apply_listing(mst_master *m, uint64_t dir_id, struct listing *l, stru
 	if (err)
 		goto out_free;
 	err = mst_inode_get(m, txn, dir_id, dir);
+	if (!err && dir->mount_id != mount_id) {
+		/* Unmounted (or mounted again) while the store was listed: the
+		 * listing is of a store this directory no longer shows. */
+		mdb_txn_abort(txn);
+		nd->n = 0;
+		goto out_free;
+	}
 	if (!err)
 		err = mst_children_each(m, txn, dir_id, NULL, collect_kid, &k);
 	size_t i = 0, j = 0; /* i over the store, j over the children */
@@ -379,7 +387,7 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 		err = 0;
 	}
 	if (!err)
-		err = apply_listing(m, dir_id, &l, nd, em);
+		err = apply_listing(m, dir_id, dir->mount_id, &l, nd, em);
 out:
 	listing_free(&l);
 	free(dir);

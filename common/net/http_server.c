@@ -16,6 +16,7 @@
 #include "cistern/http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "cistern/log.h"
 #include "cistern/metrics.h"
@@ -470,9 +472,16 @@ static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
 	                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
 	                                        EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(l->http, dispatch, s);
-	/* The listener owns fd from here (closed by evhttp_free). */
-	if (!evhttp_accept_socket_with_handle(l->http, fd)) {
+	/* The listener owns fd once made (closed by evhttp_free, or by
+	 * evconnlistener_free if evhttp will not take it). */
+	struct evconnlistener *lev = evconnlistener_new(
+	    l->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+	if (!lev) {
 		close(fd);
+		return -ENOMEM;
+	}
+	if (!evhttp_bind_listener(l->http, lev)) {
+		evconnlistener_free(lev);
 		return -ENOMEM;
 	}
 	return 0;
@@ -503,7 +512,7 @@ int cis_http_server_new(const cis_http_server_opts *opts, cis_http_server **out,
 	if (r)
 		goto out_free;
 	for (int i = 0; i < nthreads; i++) {
-		int lfd = i == 0 ? fd : dup(fd);
+		int lfd = i == 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
 		r = lfd < 0 ? -errno : loop_init(s, &s->loops[i], lfd);
 		s->nloops++;
