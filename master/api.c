@@ -579,7 +579,7 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	if (jp) {
 		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path};
 		/* pin: the capacity check comes first, before the policy is kept */
-		err = mst_job_submit(m, &r, &job, &em);
+		err = mst_job_submit_locked(m, &r, &job, &em);
 	}
 	if (!err)
 		err = mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl,

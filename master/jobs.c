@@ -1049,7 +1049,7 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 	return 0;
 }
 
-static int job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
+int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
 {
 	struct mst_jobs *js = m->jobs;
 	mst_inode *ino;
@@ -1132,7 +1132,7 @@ static int job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis
 int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
 {
 	pthread_mutex_lock(&m->policy_lock);
-	int err = job_submit(m, r, id_out, em);
+	int err = mst_job_submit_locked(m, r, id_out, em);
 	pthread_mutex_unlock(&m->policy_lock);
 	return err;
 }

@@ -15,11 +15,7 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 		return -ENOMEM;
 	pthread_mutex_init(&m->mounts_lock, NULL);
 	pthread_mutex_init(&m->mount_op_lock, NULL);
-	pthread_mutexattr_t recursive;
-	pthread_mutexattr_init(&recursive);
-	pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&m->policy_lock, &recursive);
-	pthread_mutexattr_destroy(&recursive);
+	pthread_mutex_init(&m->policy_lock, NULL);
 	mst_ns_flights_init(m);
 	m->metrics = o->metrics ? o->metrics : cis_metrics_new();
 	if (!m->metrics) {

@@ -84,9 +84,8 @@ typedef struct mst_master {
 	mst_mount **graves; /* removed mounts, freed at close (see mounts.c) */
 	size_t ngraves;
 	pthread_mutex_t mount_op_lock; /* one mount/unmount at a time */
-	/* One policy change at a time, a job's submission with the policy it
-	 * keeps (pin, replicas): recursive, as the API's policy call submits a
-	 * job that takes it too. */
+	/* One policy change at a time: a job's submission with the policy it
+	 * reads and keeps (pin, replicas). */
 	pthread_mutex_t policy_lock;
 
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
@@ -284,10 +283,14 @@ typedef struct mst_job_req {
 	bool verify, metadata_only, pin;
 } mst_job_req;
 int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
-/* Resume the jobs LMDB says were running (call once the servers run). */
+/* Resume the jobs LMDB says were running (call once the RPC server runs,
+ * before the API takes new jobs). */
 int mst_jobs_resume(mst_master *m);
 void mst_jobs_free(mst_jobs *j);
 int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg *em);
+/* The same with m->policy_lock already held (a policy change that submits a
+ * job with it). */
+int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg *em);
 /* The job's record (live counters while it runs); NULL if unknown. */
 json_t *mst_job_json(mst_master *m, uint64_t id, size_t max_failures);
 json_t *mst_jobs_json(mst_master *m);

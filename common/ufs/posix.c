@@ -198,21 +198,15 @@ static int stat_entry(int rootfd, const char *path, cis_ufs_entry *e)
 	close(fd);
 	if (err)
 		return err;
-	if (!S_ISLNK(sb.st_mode)) {
-		if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
-			return -EINVAL;
-		fill_stat(&sb, &e->st);
+	if (!S_ISLNK(sb.st_mode) && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+		return -EINVAL;
+	fill_stat(&sb, &e->st); /* a link's size is its text's length */
+	if (!S_ISLNK(sb.st_mode))
 		return 0;
-	}
 	target[n] = 0;
 	e->link_target = strdup(target);
-	if (!e->link_target)
-		return -ENOMEM;
-	memset(&e->st, 0, sizeof(e->st));
-	e->st.size = (uint64_t)n;
-	e->st.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-	e->st.mode = 0777;
-	return 0;
+	e->st.version[0] = 0;
+	return e->link_target ? 0 : -ENOMEM;
 }
 
 static int posix_check(void *state, cis_errmsg *em)
