@@ -192,7 +192,20 @@ static void make_ref(const file_spec *f, uint64_t index, ref_buf *r)
 	r->ref.file_size = f->size;
 }
 
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k <= 0)
+			die("write: %s", strerror(errno));
+		p += k;
+		n -= (size_t)k;
+	}
+}
+
 typedef struct read_ctx {
+	int out_fd; /* >= 0: the bytes go straight there (cat), else into buf */
 	char *buf;
 	size_t n, cap;
 	uint64_t next_off;
@@ -224,21 +237,24 @@ static int on_frame(void *arg, const cis_frame_hdr *hdr, const uint8_t *msg, con
 		return -CIS_E_PROTO;
 	}
 	protobuf_c_message_free_unpacked(&r->base, NULL);
-	if (c->n + hdr->data_len > c->cap) {
-		c->cap = (c->n + hdr->data_len) * 2;
-		c->buf = realloc(c->buf, c->cap);
-		if (!c->buf)
-			return -ENOMEM;
-	}
-	if (hdr->data_len)
+	if (c->out_fd >= 0) {
+		write_all(c->out_fd, (const char *)data, hdr->data_len);
+	} else if (hdr->data_len) {
+		if (c->n + hdr->data_len > c->cap) {
+			c->cap = (c->n + hdr->data_len) * 2;
+			c->buf = realloc(c->buf, c->cap);
+			if (!c->buf)
+				return -ENOMEM;
+		}
 		memcpy(c->buf + c->n, data, hdr->data_len);
+	}
 	c->n += hdr->data_len;
 	c->next_off += hdr->data_len;
 	return 0;
 }
 
 static int read_range(cis_rpc_client *c, const file_spec *f, uint64_t index, uint64_t off,
-                      uint64_t len, read_ctx *rc_out, cis_errmsg *em)
+                      uint64_t len, int out_fd, read_ctx *rc_out, cis_errmsg *em)
 {
 	Cis__ReadBlockRequest req = CIS__READ_BLOCK_REQUEST__INIT;
 	ref_buf r;
@@ -248,20 +264,9 @@ static int read_range(cis_rpc_client *c, const file_spec *f, uint64_t index, uin
 	req.offset = off;
 	req.length = len;
 	memset(rc_out, 0, sizeof(*rc_out));
+	rc_out->out_fd = out_fd;
 	return cis_rpc_call_stream(c, CIS_MSG_WORKER_READ_BLOCK, &req.base, on_frame, rc_out, 0,
 	                           em);
-}
-
-static void write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t k = write(fd, p, n);
-
-		if (k <= 0)
-			die("write: %s", strerror(errno));
-		p += k;
-		n -= (size_t)k;
-	}
 }
 
 static void cmd_read(cis_rpc_client *c, const file_spec *f, uint64_t index, uint64_t off,
@@ -269,7 +274,7 @@ static void cmd_read(cis_rpc_client *c, const file_spec *f, uint64_t index, uint
 {
 	read_ctx rc;
 	cis_errmsg em = {{0}};
-	int err = read_range(c, f, index, off, len, &rc, &em);
+	int err = read_range(c, f, index, off, len, 1, &rc, &em);
 
 	if (err < 0)
 		die("read block %" PRIu64 " [%" PRIu64 "+%" PRIu64 "]: %s", index, off, len,
@@ -277,8 +282,6 @@ static void cmd_read(cis_rpc_client *c, const file_spec *f, uint64_t index, uint
 	if (rc.n != rc.total)
 		die("read block %" PRIu64 ": got %zu bytes, reply said %" PRIu64, index, rc.n,
 		    rc.total);
-	write_all(1, rc.buf, rc.n);
-	free(rc.buf);
 }
 
 static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
@@ -319,7 +322,7 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 		 * over the socket as a client would (joining that fetch), then
 		 * it opens locally. */
 		fprintf(stderr, "worker_client: open local: %s\n", em.text);
-		rc = read_range(c, f, index, 0, 0, &rd, &em);
+		rc = read_range(c, f, index, 0, 0, -1, &rd, &em);
 		free(rd.buf);
 		if (rc < 0 || rd.err)
 			die("read after open local said not cached: %s", cis_errmsg_or(&em, rc));
@@ -488,7 +491,7 @@ static void *par_thread(void *arg)
 	par_arg *p = arg;
 	cis_errmsg em = {{0}};
 
-	p->err = read_range(p->c, p->f, p->index, 0, 0, &p->rc, &em);
+	p->err = read_range(p->c, p->f, p->index, 0, 0, -1, &p->rc, &em);
 	if (p->err < 0)
 		fprintf(stderr, "worker_client: parallel read: %s\n", cis_errmsg_or(&em, p->err));
 	return NULL;
