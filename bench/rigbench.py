@@ -8,12 +8,15 @@ import argparse
 import glob
 import json
 import os
+import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -274,8 +277,22 @@ def empty_caches(caches):
     raise RuntimeError(f"cistern free /s3 left {cache_bytes(caches)} bytes cached")
 
 
-def by_pass(per, n):
-    return [per[i:i + n] for i in range(0, len(per), n)]
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mount_fuse(cmd, mnt):
+    """Mount cistern-fuse (cmd: the binary and its options) at mnt; its
+    /metrics URL."""
+    port = free_port()
+    subprocess.run(shlex.split(cmd) + [mnt, "--http-port", str(port)], check=True)
+    for _ in range(100):
+        if os.path.ismount(mnt):
+            return f"http://127.0.0.1:{port}/metrics"
+        time.sleep(0.2)
+    raise RuntimeError(f"cistern-fuse did not mount {mnt}")
 
 
 def cmd_preload(a):
@@ -301,24 +318,41 @@ def cmd_preload(a):
     # the files in order through the FUSE mount (1 MiB reads), pass after
     # pass (page cache dropped before each, so a pass reads from the workers,
     # not from memory), until a whole pass has begun after the load ended.
-    # Warm level: one more pass afterwards.
+    # It stalls when a read waits on a cache miss: cistern-fuse counts those
+    # reads and the time they waited (cistern_fuse_stall_seconds), read here
+    # after every file. It stopped stalling at the end of the last file whose
+    # read stalled. Each repeat mounts anew: a client keeps the descriptors
+    # of blocks it read, which outlive the blocks' removal from the cache.
     fpaths = [os.path.join(a.mnt, "s3", rel) for rel, _ in files]
+    metrics = None
+
+    def stall():
+        """(reads that stalled, seconds they waited) so far, from cistern-fuse."""
+        n = secs = 0.0
+        with urllib.request.urlopen(metrics, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("cistern_fuse_stall_seconds_count"):
+                    n = float(line.split()[-1])
+                elif line.startswith("cistern_fuse_stall_seconds_sum"):
+                    secs = float(line.split()[-1])
+        return n, secs
 
     def read_pass():
         drop_caches()
         out = []
         for p in fpaths:
-            s = time.monotonic()
             with open(p, "rb", buffering=0) as f:
                 while f.read(1 << 20):
                     pass
-            out.append((s, time.monotonic()))
+            out.append((time.monotonic(), stall()))
         return out
 
-    unstall, traces = [], []
+    unstall, stalled_s, traces = [], [], []
     for _ in range(a.repeats):
+        metrics = mount_fuse(a.fuse, a.mnt)
         empty_caches(caches)
         drop_caches()
+        n0, s0 = stall()
         t0 = time.monotonic()
         lp = subprocess.Popen([env("RIG_CLI"), "load", "/s3", "--parallel", str(a.parallel)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -326,7 +360,7 @@ def cmd_preload(a):
         waiter = threading.Thread(target=lambda: ended.append((lp.wait(), time.monotonic())))
         waiter.start()
         reads = []
-        while len(reads) < 8 * len(fpaths):
+        while True:
             began = time.monotonic()
             reads += read_pass()
             if ended and began > ended[0][1]:
@@ -335,22 +369,26 @@ def cmd_preload(a):
         if ended[0][0]:
             raise RuntimeError(f"cistern load: {lp.stderr.read().strip()[-300:]}")
         load_s = ended[0][1] - t0
-        wl = med([e - s for s, e in read_pass()])
-        per = [e - s for s, e in reads]
-        # The first read from which every later read is within 1.5 x the warm level.
-        k = len(per)
-        while k > 0 and per[k - 1] <= 1.5 * wl:
-            k -= 1
-        t_unstall = (reads[k][0] - t0) if k < len(per) else None
-        unstall.append(t_unstall)
-        traces.append({"per_file_s": per, "warm_per_file_s": wl, "load_s": load_s,
-                       "passes": len(reads) // len(fpaths), "unstalled_from_read": k})
-    u = [x for x in unstall if x is not None]
+        last, prev = None, n0
+        for end, (n, _) in reads:
+            if n > prev:
+                last = end
+            prev = n
+        unstall.append(0.0 if last is None else last - t0)
+        stalled_s.append(reads[-1][1][1] - s0)
+        subprocess.run(["fusermount3", "-u", a.mnt], check=True)
+        traces.append({"load_s": load_s, "passes": len(reads) // len(fpaths),
+                       "stalled_reads": reads[-1][1][0] - n0,
+                       "file_done_s": [e - t0 for e, _ in reads],
+                       "stalled_reads_after_file": [n - n0 for _, (n, _) in reads]})
     rows = [[f"curl --parallel-max {p}, 16 MiB ranged GETs from s3rver", f0(v),
              "1.00" if p == bp else f"{v / best[bp]:.2f}", ""] for p, v in best.items()]
     rows.append([f"cistern load /s3 into {len(caches)} workers (--parallel {a.parallel})", f0(l),
                  f"{l / best[bp]:.2f}", "≥ 0.8 (÷ best curl)"])
-    tr = traces[len(traces) // 2]
+    rows.append(["reader started with the load: time until it stops stalling (s)",
+                 f0(med(unstall)), "", ""])
+    rows.append(["the same reader: time its reads waited on cache misses (s, summed over its concurrent reads)", f0(med(stalled_s)),
+                 "", ""])
     loads_s = ", ".join(f"{t['load_s']:.1f}" for t in traces)
     extra = (f"{len(files)} files, {nbytes >> 20} MiB, on s3rver (plain); one master and "
              f"{len(caches)} cistern-worker processes on this host with their own cache dirs "
@@ -358,22 +396,21 @@ def cmd_preload(a):
              f"Reader with the load: started together with `cistern load`, page cache "
              f"dropped and caches emptied first, it reads the files in order through "
              f"cistern-fuse (1 MiB reads), pass after pass with the page cache dropped "
-             f"before each, until a pass has begun after the load ended; it stops stalling "
-             f"at the first read from which every read takes at most 1.5 x the warm "
-             f"per-file time (median of a pass afterwards). Per repeat: "
-             f"{', '.join('never' if x is None else f'{x:.1f} s' for x in unstall)} "
-             f"after the start; the loads took {loads_s} s with the reader "
-             f"(passes: {', '.join(str(t['passes']) for t in traces)}). Middle repeat, "
-             f"median per-file read time of each pass (s): "
-             f"{', '.join(f'{med(x):.2f}' for x in by_pass(tr['per_file_s'], len(files)))}; "
-             f"warm: {tr['warm_per_file_s']:.2f}.")
-    rows.append([f"reader started with the load: time until it stops stalling (s, median of the {len(u)} of {len(unstall)} repeats where it did)",
-                 f0(med(u)) if u else "never", "", ""])
+             f"before each, until a pass has begun after the load ended. A read stalls when "
+             f"it waits on a cache miss (cistern-fuse's cistern_fuse_stall_seconds, read "
+             f"after every file); the reader stopped stalling when the last file whose read "
+             f"stalled was done. Per repeat: stopped stalling "
+             f"{', '.join(f'{x:.1f}' for x in unstall)} s after the start, having waited "
+             f"{', '.join(f'{x:.1f}' for x in stalled_s)} s on misses in "
+             f"{', '.join(str(round(t['stalled_reads'])) for t in traces)} reads; the loads took "
+             f"{loads_s} s with the reader (passes: "
+             f"{', '.join(str(t['passes']) for t in traces)}).")
     write(a.out, {
         "benchmark": "preload", "store": "plain", "repeats": a.repeats,
         "params": {"files": len(files), "total_mib": nbytes >> 20, "workers": len(caches),
                    "page cache dropped": drop_caches()},
-        "raw": {"loads": loads, "curl": curls, "unstall_s": unstall, "traces": traces},
+        "raw": {"loads": loads, "curl": curls, "unstall_s": unstall, "stalled_s": stalled_s,
+                "traces": traces},
         "table": {"columns": ["what", "MB/s or s", "÷ best curl", "target"], "rows": rows},
         "extra": extra,
         "targets": [["cistern load ≥ 0.8 × best parallel curl", l / best[bp], 0.8]]})
@@ -402,6 +439,8 @@ def main():
     q.add_argument("--prefix", required=True)
     q.add_argument("--mnt", required=True)
     q.add_argument("--cache", action="append", required=True)
+    q.add_argument("--fuse", required=True,
+                   help="cistern-fuse and its options but the mount point and --http-port")
     q.add_argument("--parallel", type=int, default=4)
     q.add_argument("--repeats", type=int, default=3)
     q.add_argument("--out", required=True)

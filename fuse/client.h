@@ -181,8 +181,9 @@ void fcl_local_free(fcl_local *l);
 #define FCL_LOCAL_WAIT_MAX (1u << 20)
 
 /* A descriptor of the block file (a dup the caller closes) and its length,
- * from the cache or by OpenLocal. *waited_ns is the time spent in
- * OpenLocal (0 on a cache hit). When the worker does not hold the block
+ * from the cache or by OpenLocal. *waited_ns is the time OpenLocal took
+ * when the worker had to fetch the block first (a miss), else 0: the
+ * reader's stall. When the worker does not hold the block
  * yet it starts fetching it; a block of at most FCL_LOCAL_WAIT_MAX bytes
  * is waited for, a larger one answers -EAGAIN at once: read it with
  * fcl_remote_read. */

@@ -396,7 +396,7 @@ static int ask_worker(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, len
 	uint64_t t0 = cis_mono_ns();
 	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, NULL, 0, &res,
 	                      c->opts->worker_timeout_ms, em);
-	*waited_ns = cis_mono_ns() - t0;
+	uint64_t took = cis_mono_ns() - t0;
 	if (rc)
 		return rc;
 	Cis__OpenLocalReply *rep = NULL;
@@ -416,6 +416,7 @@ static int ask_worker(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, len
 	/* Block files are read front to back: let the kernel read ahead in
 	 * big windows on this (shared, cached) descriptor. */
 	(void)posix_fadvise(got_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	*waited_ns = rep->waited ? took : 0;
 	*e = (lent){
 	    .fd = got_fd,
 	    .lease_id = rep->lease_id,

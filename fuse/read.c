@@ -15,10 +15,6 @@
 #include "cistern/place.h"
 #include "cistern/time.h"
 
-/* OpenLocal answers in microseconds (a miss at once, with -EAGAIN); a wait
- * at the millisecond scale is a worker under load. */
-#define LOCAL_STALL_NS 1000000u
-
 void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t idbuf[16],
                   cis_block_id *id)
 {
@@ -223,7 +219,7 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 					                    POSIX_FADV_WILLNEED);
 				close(fd);
 				if (rc == 0) {
-					if (waited >= LOCAL_STALL_NS)
+					if (waited)
 						cis_histogram_observe(c->stats.stall_seconds,
 						                      (double)waited / 1e9);
 					*seg = (fcl_seg){.len = len, .buf = buf};
@@ -325,7 +321,7 @@ static bool local_willneed(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref
 	if (rc)
 		return rc == -EAGAIN; /* the worker is fetching it */
 	/* A small file's open waited for its fetch: its reader stalled. */
-	if (waited >= LOCAL_STALL_NS)
+	if (waited)
 		cis_histogram_observe(c->stats.stall_seconds, (double)waited / 1e9);
 	(void)posix_fadvise(fd, 0, (off_t)blen, POSIX_FADV_WILLNEED);
 	if (keep)

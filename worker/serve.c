@@ -56,6 +56,7 @@ typedef struct open_ctx {
 	cis_block_id id;
 	uint64_t len; /* the reference's block length */
 	uint32_t lease_ms;
+	bool waited; /* the reply waited for the block's fetch */
 } open_ctx;
 
 static void open_reply(open_ctx *c)
@@ -111,6 +112,7 @@ static void open_reply(open_ctx *c)
 	r.lease_id = lease_id;
 	r.length = info.len;
 	r.lease_expiry_ms = granted;
+	r.waited = c->waited;
 	rc = cis_rpc_reply_fd(c->conn, &c->hdr, &r.base, fd);
 	close(fd);
 	if (rc < 0)
@@ -128,6 +130,7 @@ static void open_fetch_done(void *arg, int rc, unsigned flags, const cis_errmsg 
 	(void)flags;
 	if (!c)
 		return;
+	c->waited = true;
 	if (rc == 0)
 		open_reply(c);
 	else

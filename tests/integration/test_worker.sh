@@ -95,9 +95,14 @@ cmp "$CIS_TMP/out" "$DATA/scan0" || fail "local fd of a fetched block differs"
 # With wait (what clients ask for small blocks) a miss is answered when
 # the fetch is done: the descriptor at the first call, one store read.
 reads0=$(metric W1 cistern_worker_store_reads_total)
-wcl W1 small waitlocal 0 >"$CIS_TMP/out" || fail "open local with wait failed"
+wcl W1 small waitlocal 0 >"$CIS_TMP/out" 2>"$CIS_TMP/err" || fail "open local with wait failed"
 cmp "$CIS_TMP/out" "$DATA/small" || fail "open local with wait: bytes differ"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "one store read for a waited open"
+# The reply says it waited for the fetch (the client's stall), and a
+# cached block's does not.
+assert_eq "$(cat "$CIS_TMP/err")" "waited=1" "a miss's reply says it waited"
+wcl W1 small waitlocal 0 >/dev/null 2>"$CIS_TMP/err" || fail "open local with wait failed"
+assert_eq "$(cat "$CIS_TMP/err")" "waited=0" "a hit's reply says it did not wait"
 # Leases renewed and released in batches; an unknown one among them is
 # listed (renew) or skipped (release); more than 4,096 at once is refused.
 assert_eq "$(wcl W1 small leases 0)" "leases ok" "batched lease calls"

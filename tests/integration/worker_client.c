@@ -410,6 +410,7 @@ static void cmd_waitlocal(const file_spec *f, uint64_t index)
 	}
 	if (n < 0 || got != rep->length)
 		die("waitlocal: fd gave %" PRIu64 " bytes, reply said %" PRIu64, got, rep->length);
+	fprintf(stderr, "waited=%d\n", rep->waited);
 	close(fd);
 	Cis__LeaseRequest lr = CIS__LEASE_REQUEST__INIT;
 	lr.lease_id = rep->lease_id;
