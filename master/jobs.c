@@ -1009,28 +1009,93 @@ static int job_start(struct mst_jobs *js, struct job *j)
 	return 0;
 }
 
-struct sum {
+static bool path_within(const char *dir, const char *p)
+{
+	size_t dl = strlen(dir);
+	if (dl == 1)
+		return true; /* "/" */
+	return !strncmp(p, dir, dl) && (p[dl] == 0 || p[dl] == '/');
+}
+
+/* The bytes a set of pins holds in the cache: each file's size times its
+ * replicas, for every file whose effective policy pins it once `adding`
+ * is pinned too. Below `adding`, a nearer setting of its own (an unpin of
+ * a subdirectory) still wins. */
+struct pin_sum {
+	mst_master *m;
+	const char *adding;
+	size_t adding_len;
 	uint64_t bytes;
 };
 
-static int sum_file(void *arg, const char *path, const mst_inode *f)
+static int sum_pinned(void *arg, const char *path, const mst_inode *f)
 {
-	(void)path;
-	((struct sum *)arg)->bytes += f->size;
+	struct pin_sum *s = arg;
+	mst_policy pol;
+	mst_policy_resolve(s->m, path, &pol);
+	bool pinned = pol.pin == 1;
+	if (path_within(s->adding, path) && (pol.pin < 0 || pol.pin_from <= s->adding_len))
+		pinned = true;
+	if (pinned)
+		s->bytes += f->size * (pol.replicas ? pol.replicas : 1);
 	return 0;
 }
 
-/* A pin larger than the cache can hold would make eviction impossible:
- * refuse it. */
+/* Pinned paths, with `adding`, that no other of them contains: the roots
+ * to walk so that every pinned file is counted once. */
+static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n)
+{
+	json_t *all = mst_policies_json(m);
+	size_t i, cnt = 0;
+	json_t *p;
+	const char **cand = calloc(json_array_size(all) + 1, sizeof(*cand));
+	if (!cand) {
+		json_decref(all);
+		return -ENOMEM;
+	}
+	cand[cnt++] = adding;
+	json_array_foreach(all, i, p)
+	{
+		if (json_is_true(json_object_get(p, "pin")))
+			cand[cnt++] = json_string_value(json_object_get(p, "path"));
+	}
+	*roots = calloc(cnt, sizeof(char *));
+	*n = 0;
+	int err = *roots ? 0 : -ENOMEM;
+	for (size_t a = 0; a < cnt && !err; a++) {
+		bool inside = false;
+		for (size_t b = 0; b < cnt && !inside; b++)
+			inside = b != a && path_within(cand[b], cand[a]) &&
+			         (strcmp(cand[a], cand[b]) || b < a);
+		if (!inside && !((*roots)[(*n)++] = strdup(cand[a])))
+			err = -ENOMEM;
+	}
+	if (err) {
+		mst_strv_free(*roots, *n);
+		*roots = NULL;
+	}
+	free(cand);
+	json_decref(all);
+	return err;
+}
+
+/* Pins larger than the cache can hold would make eviction impossible:
+ * refuse a pin that would take what is pinned already past the cache's
+ * capacity (the sum over all workers). */
 static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 {
-	struct sum s = {0};
-	int err = mst_walk(m, path, true, sum_file, NULL, &s, em);
+	struct pin_sum s = {.m = m, .adding = path, .adding_len = strlen(path)};
+	char **roots;
+	size_t n;
+	int err = pin_roots(m, path, &roots, &n);
+	if (err)
+		return cis_fail(em, err, "pin %s: %s", path, cis_strerror(err));
+	for (size_t i = 0; i < n && !err; i++)
+		/* a new pin's directories may not be listed yet; older pins' are */
+		err = mst_walk(m, roots[i], !strcmp(roots[i], path), sum_pinned, NULL, &s, em);
+	mst_strv_free(roots, n);
 	if (err)
 		return err;
-	mst_policy pol;
-	mst_policy_resolve(m, path, &pol);
-	uint64_t r = pol.replicas ? pol.replicas : 1;
 	json_t *w = mst_workers_json(m->workers);
 	uint64_t cap = 0;
 	size_t i;
@@ -1038,13 +1103,14 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 	json_array_foreach(json_object_get(w, "workers"), i, v) cap +=
 	    (uint64_t)json_integer_value(json_object_get(v, "capacity"));
 	json_decref(w);
-	if (s.bytes * r > cap) {
+	if (s.bytes > cap) {
 		char need[32], have[32];
-		cis_fmt_size(s.bytes * r, need, sizeof(need));
+		cis_fmt_size(s.bytes, need, sizeof(need));
 		cis_fmt_size(cap, have, sizeof(have));
 		return cis_fail(em, -ENOSPC,
-		                "pin %s: %s (%llu replica%s) is more than the cache's %s", path,
-		                need, (unsigned long long)r, r == 1 ? "" : "s", have);
+		                "pin %s: the pinned data would be %s (replicas counted), more than "
+		                "the cache's %s",
+		                path, need, have);
 	}
 	return 0;
 }
@@ -1332,14 +1398,6 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 	}
 	json_decref(all);
 	return 0;
-}
-
-static bool path_within(const char *dir, const char *p)
-{
-	size_t dl = strlen(dir);
-	if (dl == 1)
-		return true; /* "/" */
-	return !strncmp(p, dir, dl) && (p[dl] == 0 || p[dl] == '/');
 }
 
 bool mst_jobs_loading(mst_master *m, const char *path)

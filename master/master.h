@@ -226,8 +226,9 @@ typedef struct mst_policy {
 	int pin;              /* -1 not set, 0 unpinned, 1 pinned */
 	int64_t ttl_s;        /* -1 not set, 0 off, > 0 seconds after load */
 	size_t replicas_from; /* length of the path that set replicas (0: none) */
+	size_t pin_from;      /* length of the path that set pin (0: none) */
 } mst_policy;
-#define MST_POLICY_UNSET ((mst_policy){0, -1, -1, 0})
+#define MST_POLICY_UNSET ((mst_policy){0, -1, -1, 0, 0})
 /* The effective policy of path. */
 int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out);
 /* Change path's own policy: replicas (< 0 keep), pin (< 0 keep), ttl_s

@@ -36,8 +36,10 @@ int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out)
 				out->replicas_from = len;
 			}
 			json_t *pin = json_object_get(p, "pin");
-			if (out->pin < 0 && json_is_boolean(pin))
+			if (out->pin < 0 && json_is_boolean(pin)) {
 				out->pin = json_is_true(pin);
+				out->pin_from = len;
+			}
 			json_t *t = json_object_get(p, "ttl");
 			if (out->ttl_s < 0 && json_is_integer(t) && json_integer_value(t) >= 0)
 				out->ttl_s = json_integer_value(t);

@@ -319,6 +319,40 @@ static int api(const char *method, const char *path, const char *query_id, const
 	return st;
 }
 
+/* POST /api/v1/policy {"path": path, "pin": pin}: the status; the error
+ * text into msg (when not NULL). */
+static int pin_api(const char *path, bool pin, char *msg, size_t msg_len)
+{
+	char body[200];
+	json_t *o = NULL;
+	snprintf(body, sizeof(body), "{\"path\": \"%s\", \"pin\": %s}", path,
+	         pin ? "true" : "false");
+	int st = api("POST", "/api/v1/policy", NULL, body, &o);
+	if (msg)
+		snprintf(msg, msg_len, "%s", o ? str(o, "error") ? str(o, "error") : "" : "");
+	json_decref(o);
+	return st;
+}
+
+Test(jobs, pins_together_larger_than_the_cache_are_refused)
+{
+	char msg[300];
+	fake_worker(10); /* 10 bytes of cache; a.txt 5, b.txt 6, sub/c.bin 3 */
+	cr_assert_eq(pin_api("/m/b.txt", true, NULL, 0), 200);
+	cr_assert_eq(pin_api("/m/a.txt", true, msg, sizeof(msg)), 507, "6 + 5 bytes pinned");
+	cr_assert(strstr(msg, "pin /m/a.txt") && strstr(msg, "11 B") && strstr(msg, "10 B"), "%s",
+	          msg);
+	cr_assert_eq(pin_api("/m/sub", true, NULL, 0), 200, "6 + 3 bytes");
+	cr_assert_eq(pin_api("/m/sub", true, NULL, 0), 200, "pinned again: counted once");
+	cr_assert_eq(pin_api("/m", true, NULL, 0), 507, "all 14 bytes");
+	/* An unpinned file below a pinned directory takes no pinned space. */
+	cr_assert_eq(pin_api("/m/b.txt", false, NULL, 0), 200);
+	cr_assert_eq(pin_api("/m", true, msg, sizeof(msg)), 200, "a.txt 5 + sub 3: %s", msg);
+	mst_policy p;
+	mst_policy_resolve(m, "/m/b.txt", &p);
+	cr_assert_eq(p.pin, 0, "the nearer unpin still holds");
+}
+
 Test(jobs, api_checks_input)
 {
 	json_t *o;
