@@ -205,9 +205,12 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 	int status;
 	if (!dir)
 		return fail_msg(out, 500, "out of memory");
+	char real[MST_PATH_MAX + 1];
 	int err = get_path(q, NULL, &path, &em);
+	if (!err) /* ls of a link to a directory lists the directory, as ls(1) does */
+		err = mst_ns_realpath(m, path, true, real, &em);
 	if (!err)
-		err = mst_ns_resolve(m, path, dir, &em);
+		err = mst_ns_resolve(m, real, dir, &em);
 	if (err) {
 		status = fail(out, err, &em);
 		goto out_dir;
@@ -257,9 +260,12 @@ static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
 	mst_inode *ino = malloc(sizeof(*ino));
 	if (!ino)
 		return fail_msg(out, 500, "out of memory");
+	char real[MST_PATH_MAX + 1];
 	int err = get_path(q, NULL, &path, &em);
+	if (!err) /* a link itself, reached through any links on the way */
+		err = mst_ns_realpath(m, path, false, real, &em);
 	if (!err)
-		err = mst_ns_resolve(m, path, ino, &em);
+		err = mst_ns_resolve(m, real, ino, &em);
 	if (err) {
 		free(ino);
 		return fail(out, err, &em);
@@ -567,13 +573,12 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	}
 	if (!jr && !jp && !jt)
 		return fail_msg(out, 400, "nothing to set: give replicas, pin or ttl");
-	mst_inode *ino = malloc(sizeof(*ino));
-	if (!ino)
-		return fail_msg(out, 500, "out of memory");
-	err = mst_ns_resolve(m, path, ino, &em);
-	free(ino);
+	/* the policy of what the path leads to (links followed) */
+	char real[MST_PATH_MAX + 1];
+	err = mst_ns_realpath(m, path, true, real, &em);
 	if (err)
 		return fail(out, err, &em);
+	path = real;
 	uint64_t job = 0;
 	pthread_mutex_lock(&m->policy_lock);
 	if (jp) {

@@ -1118,30 +1118,27 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out, cis_errmsg *em)
 {
 	struct mst_jobs *js = m->jobs;
-	mst_inode *ino;
+	char path[MST_PATH_MAX + 1];
 	int err;
 	if (!r->type || (strcmp(r->type, "load") && strcmp(r->type, "free") &&
 	                 strcmp(r->type, "pin") && strcmp(r->type, "unpin")))
 		return cis_fail(em, -EINVAL, "unknown job type");
 	if (r->replicas > 64 || r->parallel > 256)
 		return cis_fail(em, -EINVAL, "replicas must be 1..64 and parallel 1..256");
-	ino = malloc(sizeof(*ino));
-	if (!ino)
-		return -ENOMEM;
-	err = mst_ns_resolve(m, r->path, ino, em);
-	free(ino);
+	/* what the path leads to, links followed: the job walks that */
+	err = mst_ns_realpath(m, r->path, true, path, em);
 	if (err)
 		return err;
 	if (!strcmp(r->type, "pin")) {
-		err = pin_check(m, r->path, em);
+		err = pin_check(m, path, em);
 		if (err)
 			return err;
 	}
 	mst_policy pol;
-	mst_policy_resolve(m, r->path, &pol);
+	mst_policy_resolve(m, path, &pol);
 	if (!strcmp(r->type, "load") && r->replicas > 1 && pol.replicas != r->replicas) {
 		/* the target the replication manager keeps from now on */
-		err = mst_policy_update(m, r->path, r->replicas, -1, -2, false, em);
+		err = mst_policy_update(m, path, r->replicas, -1, -2, false, em);
 		if (err)
 			return err;
 	}
@@ -1163,7 +1160,7 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	j->js = js;
 	j->id = id;
 	snprintf(j->type, sizeof(j->type), "%s", r->type);
-	j->path = strdup(r->path);
+	j->path = strdup(path);
 	j->replicas = r->replicas ? r->replicas : 1;
 	j->parallel = r->parallel ? r->parallel : LOAD_PARALLEL;
 	j->bandwidth = r->bandwidth;

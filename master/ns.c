@@ -536,6 +536,136 @@ int mst_ns_resolve(mst_master *m, const char *path, mst_inode *out, cis_errmsg *
 	return err;
 }
 
+/* Append the components of s (a path or a link's text) to the path in
+ * out (len bytes, "" for the root), "." skipped and ".." going up: -EINVAL
+ * when it would go above the root, -ENAMETOOLONG past MST_PATH_MAX. */
+static int path_append(char *out, size_t *len, const char *s)
+{
+	while (*s) {
+		while (*s == '/')
+			s++;
+		size_t cl = strcspn(s, "/");
+		if (cl == 0)
+			break;
+		if (cl == 2 && s[0] == '.' && s[1] == '.') {
+			if (*len == 0)
+				return -EINVAL;
+			while (*len > 0 && out[*len - 1] != '/')
+				(*len)--;
+			(*len)--; /* the slash */
+		} else if (!(cl == 1 && s[0] == '.')) {
+			if (*len + 1 + cl > MST_PATH_MAX)
+				return -ENAMETOOLONG;
+			out[(*len)++] = '/';
+			memcpy(out + *len, s, cl);
+			*len += cl;
+		}
+		s += cl;
+	}
+	out[*len] = 0;
+	return 0;
+}
+
+/* The link's text as a path in the namespace: relative to dir (the link's
+ * directory), or, absolute, below the file:// root of the link's mount,
+ * then the rest of the path after the link. */
+static int link_path(mst_master *m, const mst_inode *link, const char *dir, size_t dlen,
+                     const char *rest, char *out, cis_errmsg *em)
+{
+	mst_mount *mt = mst_mount_find(m, link->mount_id);
+	const char *t = link->link_target;
+	size_t len = 0;
+	int err;
+	if (!mt)
+		return cis_fail(em, -ENOENT, "link '%s' is in no mount", link->name);
+	if (t[0] == '/') {
+		/* the store's own absolute path: only its root's files are ours */
+		const char *root = strncmp(mt->uri, "file://", 7) ? NULL : mt->uri + 7;
+		size_t rl = root ? strlen(root) : 0;
+		while (rl > 0 && root[rl - 1] == '/')
+			rl--; /* "file:///" is the whole tree: rl 0 */
+		if (!root || strncmp(t, root, rl) || (t[rl] && t[rl] != '/'))
+			return cis_fail(em, -EXDEV, "link '%s' -> '%s' points outside its mount %s",
+			                link->name, t, mt->path);
+		err = path_append(out, &len, mt->path);
+		if (!err)
+			err = path_append(out, &len, t + rl);
+	} else {
+		memcpy(out, dir, dlen);
+		len = dlen;
+		out[len] = 0;
+		err = path_append(out, &len, t);
+	}
+	if (!err)
+		err = path_append(out, &len, rest);
+	if (err == -ENAMETOOLONG)
+		return cis_fail(em, err, "link '%s': path over %d bytes", link->name, MST_PATH_MAX);
+	size_t ml = strlen(mt->path);
+	if (err || (ml > 1 && (strncmp(out, mt->path, ml) || (out[ml] && out[ml] != '/'))))
+		return cis_fail(em, -EXDEV, "link '%s' -> '%s' leads out of its mount %s",
+		                link->name, t, mt->path);
+	if (!len)
+		strcpy(out, "/");
+	return 0;
+}
+
+int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[MST_PATH_MAX + 1],
+                    cis_errmsg *em)
+{
+	char cur[MST_PATH_MAX + 1], next[MST_PATH_MAX + 1];
+	mst_inode *ino = malloc(sizeof(*ino));
+	int err = mst_path_check(path, strlen(path), em);
+	if (!ino)
+		return -ENOMEM;
+	snprintf(cur, sizeof(cur), "%s", path);
+	for (int hops = 0; !err;) {
+		err = mst_ns_getattr(m, MST_ROOT_INO, ino, em);
+		const char *p = cur;
+		bool followed = false;
+		while (!err && !followed && *p) {
+			while (*p == '/')
+				p++;
+			if (!*p)
+				break;
+			size_t l = strcspn(p, "/");
+			char comp[MST_NAME_MAX + 1];
+			memcpy(comp, p, l);
+			comp[l] = 0;
+			size_t dlen = (size_t)(p - cur) - 1; /* the directory, without its slash */
+			cis_errmsg lem = {{0}};
+			err = mst_ns_lookup(m, ino->id, comp, ino, &lem);
+			if (err == -ENOENT)
+				err = cis_fail(em, err, "no such file or directory: %.*s",
+				               (int)(p - cur + (ptrdiff_t)l), cur);
+			else if (err == -ENOTDIR)
+				err = cis_fail(em, err, "not a directory: %.*s", (int)(p - cur - 1),
+				               cur);
+			else if (err)
+				err = cis_fail(em, err, "%s", cis_errmsg_or(&lem, err));
+			p += l;
+			while (*p == '/')
+				p++;
+			if (err || ino->type != MST_LINK || (!*p && !follow_last))
+				continue;
+			if (++hops > MST_LINK_HOPS) {
+				err = cis_fail(em, -ELOOP, "%s: more than %d links on the way",
+				               path, MST_LINK_HOPS);
+				break;
+			}
+			err = link_path(m, ino, cur, dlen, p, next, em);
+			if (!err)
+				memcpy(cur, next, sizeof(cur));
+			followed = true;
+		}
+		if (!err && !followed)
+			break;
+	}
+	free(ino);
+	if (!err)
+		snprintf(out, MST_PATH_MAX + 1, "%s", cur);
+	return err;
+}
+
 struct rd_ctx {
 	mst_master *m;
 	MDB_txn *txn;

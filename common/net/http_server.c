@@ -191,6 +191,8 @@ int cis_http_status_of(int code)
 	case -ENAMETOOLONG:
 	case -ENOTDIR:
 	case -EISDIR:
+	case -EXDEV:
+	case -ELOOP:
 	case -CIS_E_PARSE:
 	case -CIS_E_URI:
 	case -CIS_E_CONFIG:

@@ -88,6 +88,14 @@ assert_eq "$(ls "$MNTL/d/")" a.bin "listing through a link to a directory"
 OUT=$("${CLI[@]}" load /links --json) || fail "load /links: $OUT"
 assert_eq "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["counts"]["files"])' <<<"$OUT")" \
 	1 "files loaded under /links (links skipped)"
+# Paths given to the CLI follow links, as the kernel does: a load through a
+# link loads (and names) what it leads to; ls lists through it.
+OUT=$("${CLI[@]}" load /links/d --json) || fail "load /links/d: $OUT"
+assert_eq "$(python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["path"], j["counts"]["files"])' <<<"$OUT")" \
+	"/links/data 1" "a load through a link to a directory"
+"${CLI[@]}" ls /links/d | grep -q 'a.bin' || fail "cistern ls through a link shows no a.bin"
+"${CLI[@]}" load /links/abs >"$CIS_TMP/err" 2>&1 && fail "a load through a link out of the mount succeeded"
+assert_contains "$(cat "$CIS_TMP/err")" "points outside its mount"
 ln -sfn data/none "$LNK/first"
 "${CLI[@]}" sync /links >/dev/null || fail "cistern sync /links"
 wait_for 10 bash -c "[ \"\$(readlink '$MNTL/first')\" = data/none ]"

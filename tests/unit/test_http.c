@@ -390,6 +390,8 @@ Test(http, status_of_codes)
 	cr_assert_eq(cis_http_status_of(-ENOENT), 404);
 	cr_assert_eq(cis_http_status_of(-CIS_E_NOBUCKET), 404);
 	cr_assert_eq(cis_http_status_of(-ENOTDIR), 400);
+	cr_assert_eq(cis_http_status_of(-EXDEV), 400, "a link out of its mount");
+	cr_assert_eq(cis_http_status_of(-ELOOP), 400);
 	cr_assert_eq(cis_http_status_of(-CIS_E_URI), 400);
 	cr_assert_eq(cis_http_status_of(-ESTALE), 409);
 	cr_assert_eq(cis_http_status_of(-CIS_E_DENIED), 403);

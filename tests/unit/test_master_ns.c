@@ -377,6 +377,58 @@ Test(master, links_listed_as_links)
 	cr_assert_str_eq(l.key, "lnk");
 }
 
+/* A link named in the store at name, with text target. */
+static void link_in_store(const char *name, const char *target)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/%s", store, name);
+	cr_assert_eq(symlink(target, p), 0, "%s", p);
+}
+
+#define REALPATH_IS(path, follow_last, want)                                                       \
+	do {                                                                                       \
+		char got_[MST_PATH_MAX + 1];                                                       \
+		cis_errmsg em_ = {{0}};                                                            \
+		cr_assert_eq(mst_ns_realpath(m, path, follow_last, got_, &em_), 0, "%s: %s", path, \
+		             em_.text);                                                            \
+		cr_assert_str_eq(got_, want);                                                      \
+	} while (0)
+
+Test(master, links_followed_in_paths)
+{
+	cis_errmsg em = {{0}};
+	char abs[400], real[MST_PATH_MAX + 1];
+	snprintf(abs, sizeof(abs), "%s/sub/c.bin", store);
+	link_in_store("latest", "sub");
+	link_in_store("sub/up", "../b.txt");
+	link_in_store("abs", abs);
+	link_in_store("twice", "latest/./up");
+	link_in_store("out", "../../etc");
+	link_in_store("outabs", "/etc/passwd");
+	link_in_store("loop", "loop");
+	link_in_store("gone", "nothing");
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+
+	REALPATH_IS("/", true, "/");
+	REALPATH_IS("/data/b.txt", true, "/data/b.txt");
+	REALPATH_IS("/data/latest", true, "/data/sub");
+	REALPATH_IS("/data/latest", false, "/data/latest");
+	REALPATH_IS("/data/latest/c.bin", false, "/data/sub/c.bin");
+	REALPATH_IS("/data/latest/up", true, "/data/b.txt");
+	REALPATH_IS("/data/latest/up", false, "/data/sub/up");
+	REALPATH_IS("/data/abs", true, "/data/sub/c.bin");
+	REALPATH_IS("/data/twice", true, "/data/b.txt");
+	cr_assert_eq(mst_ns_realpath(m, "/data/out", true, real, &em), -EXDEV);
+	cr_assert(strstr(em.text, "'out'") && strstr(em.text, "leads out of its mount"), "%s",
+	          em.text);
+	cr_assert_eq(mst_ns_realpath(m, "/data/outabs", true, real, &em), -EXDEV);
+	cr_assert(strstr(em.text, "points outside its mount"), "%s", em.text);
+	cr_assert_eq(mst_ns_realpath(m, "/data/loop", true, real, &em), -ELOOP);
+	cr_assert_eq(mst_ns_realpath(m, "/data/gone", true, real, &em), -ENOENT);
+	cr_assert_eq(mst_ns_realpath(m, "/data/b.txt/x", true, real, &em), -ENOTDIR);
+	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, &em), -EINVAL, "bad paths");
+}
+
 Test(master, workers_register_heartbeat_lost)
 {
 	mst_reply r;
