@@ -1090,9 +1090,13 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 	int err = pin_roots(m, path, &roots, &n);
 	if (err)
 		return cis_fail(em, err, "pin %s: %s", path, cis_strerror(err));
-	for (size_t i = 0; i < n && !err; i++)
+	for (size_t i = 0; i < n && !err; i++) {
 		/* a new pin's directories may not be listed yet; older pins' are */
-		err = mst_walk(m, roots[i], !strcmp(roots[i], path), sum_pinned, NULL, &s, em);
+		bool adding = !strcmp(roots[i], path);
+		err = mst_walk(m, roots[i], adding, sum_pinned, NULL, &s, em);
+		if (err == -ENOENT && !adding) /* an older pin's data is gone: it holds nothing */
+			err = 0;
+	}
 	mst_strv_free(roots, n);
 	if (err)
 		return err;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "cistern/proto/master.pb-c.h"
@@ -351,6 +352,16 @@ Test(jobs, pins_together_larger_than_the_cache_are_refused)
 	mst_policy p;
 	mst_policy_resolve(m, "/m/b.txt", &p);
 	cr_assert_eq(p.pin, 0, "the nearer unpin still holds");
+	/* A pinned path gone from the store holds nothing and blocks no pin. */
+	cr_assert_eq(pin_api("/m", false, NULL, 0), 200);
+	char sub[400], c[420];
+	snprintf(sub, sizeof(sub), "%s/sub", store);
+	snprintf(c, sizeof(c), "%s/c.bin", sub);
+	cr_assert_eq(unlink(c) | rmdir(sub), 0);
+	cis_errmsg em = {{0}};
+	uint64_t dirs;
+	cr_assert_eq(mst_ns_sync(m, "/m", true, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(pin_api("/m/a.txt", true, msg, sizeof(msg)), 200, "%s", msg);
 }
 
 Test(jobs, api_checks_input)
