@@ -629,6 +629,11 @@ int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[
 				break;
 			size_t l = strcspn(p, "/");
 			char comp[MST_NAME_MAX + 1];
+			if (l > MST_NAME_MAX) { /* a link's text can hold any name */
+				err = cis_fail(em, -ENAMETOOLONG, "%s: a component over %d bytes",
+				               path, MST_NAME_MAX);
+				break;
+			}
 			memcpy(comp, p, l);
 			comp[l] = 0;
 			size_t dlen = (size_t)(p - cur) - 1; /* the directory, without its slash */

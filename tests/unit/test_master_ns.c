@@ -407,6 +407,10 @@ Test(master, links_followed_in_paths)
 	link_in_store("outabs", "/etc/passwd");
 	link_in_store("loop", "loop");
 	link_in_store("gone", "nothing");
+	char longname[400];
+	memset(longname, 'x', 300);
+	longname[300] = 0;
+	link_in_store("long", longname);
 	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
 
 	REALPATH_IS("/", true, "/");
@@ -425,6 +429,8 @@ Test(master, links_followed_in_paths)
 	cr_assert(strstr(em.text, "points outside its mount"), "%s", em.text);
 	cr_assert_eq(mst_ns_realpath(m, "/data/loop", true, real, &em), -ELOOP);
 	cr_assert_eq(mst_ns_realpath(m, "/data/gone", true, real, &em), -ENOENT);
+	cr_assert_eq(mst_ns_realpath(m, "/data/long", true, real, &em), -ENAMETOOLONG,
+	             "a link's text with a name over the limit");
 	cr_assert_eq(mst_ns_realpath(m, "/data/b.txt/x", true, real, &em), -ENOTDIR);
 	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, &em), -EINVAL, "bad paths");
 }
