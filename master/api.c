@@ -207,8 +207,11 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 		return fail_msg(out, 500, "out of memory");
 	char real[MST_PATH_MAX + 1];
 	int err = get_path(q, NULL, &path, &em);
-	if (!err) /* ls of a link to a directory lists the directory, as ls(1) does */
+	if (!err) { /* ls of a link to a directory lists the directory, as ls(1) does */
 		err = mst_ns_realpath(m, path, true, real, &em);
+		if (err == -ENOENT || err == -EXDEV || err == -ELOOP) /* and shows a broken one */
+			err = mst_ns_realpath(m, path, false, real, &em);
+	}
 	if (!err)
 		err = mst_ns_resolve(m, real, dir, &em);
 	if (err) {

@@ -1025,12 +1025,15 @@ struct pin_sum {
 	mst_master *m;
 	const char *adding;
 	size_t adding_len;
+	bool skip_adding; /* walking another root: adding's files are counted apart */
 	uint64_t bytes;
 };
 
 static int sum_pinned(void *arg, const char *path, const mst_inode *f)
 {
 	struct pin_sum *s = arg;
+	if (s->skip_adding && path_within(s->adding, path))
+		return 0; /* counted by the walk of the new pin itself */
 	mst_policy pol;
 	mst_policy_resolve(s->m, path, &pol);
 	bool pinned = pol.pin == 1;
@@ -1041,8 +1044,9 @@ static int sum_pinned(void *arg, const char *path, const mst_inode *f)
 	return 0;
 }
 
-/* Pinned paths, with `adding`, that no other of them contains: the roots
- * to walk so that every pinned file is counted once. */
+/* The roots to walk so that every pinned file is counted once: `adding`
+ * (first, walked listing the store, files below it counted there only),
+ * and the pinned paths no other pinned path contains, nor `adding`. */
 static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n)
 {
 	json_t *all = mst_policies_json(m);
@@ -1064,9 +1068,10 @@ static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n
 	int err = *roots ? 0 : -ENOMEM;
 	for (size_t a = 0; a < cnt && !err; a++) {
 		bool inside = false;
-		for (size_t b = 0; b < cnt && !inside; b++)
+		for (size_t b = a ? 1 : cnt; b < cnt && !inside; b++)
 			inside = b != a && path_within(cand[b], cand[a]) &&
 			         (strcmp(cand[a], cand[b]) || b < a);
+		inside = inside || (a && path_within(adding, cand[a]));
 		if (!inside && !((*roots)[(*n)++] = strdup(cand[a])))
 			err = -ENOMEM;
 	}
@@ -1092,7 +1097,8 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 		return cis_fail(em, err, "pin %s: %s", path, cis_strerror(err));
 	for (size_t i = 0; i < n && !err; i++) {
 		/* a new pin's directories may not be listed yet; older pins' are */
-		bool adding = !strcmp(roots[i], path);
+		bool adding = i == 0; /* pin_roots puts it first */
+		s.skip_adding = !adding;
 		err = mst_walk(m, roots[i], adding, sum_pinned, NULL, &s, em);
 		if (err == -ENOENT && !adding) /* an older pin's data is gone: it holds nothing */
 			err = 0;

@@ -581,15 +581,20 @@ static int link_path(mst_master *m, const mst_inode *link, const char *dir, size
 	if (t[0] == '/') {
 		/* the store's own absolute path: only its root's files are ours */
 		const char *root = strncmp(mt->uri, "file://", 7) ? NULL : mt->uri + 7;
-		size_t rl = root ? strlen(root) : 0;
+		size_t rl = root ? strlen(root) : 0, tl = 0;
+		char abs[MST_PATH_MAX + 1];
 		while (rl > 0 && root[rl - 1] == '/')
-			rl--; /* "file:///" is the whole tree: rl 0 */
-		if (!root || strncmp(t, root, rl) || (t[rl] && t[rl] != '/'))
+			rl--;                   /* "file:///" is the whole tree: rl 0 */
+		err = path_append(abs, &tl, t); /* "/data/../data//x" is "/data/x" */
+		if (err == -ENAMETOOLONG)
+			return cis_fail(em, err, "link '%s': path over %d bytes", link->name,
+			                MST_PATH_MAX);
+		if (err || !root || strncmp(abs, root, rl) || (abs[rl] && abs[rl] != '/'))
 			return cis_fail(em, -EXDEV, "link '%s' -> '%s' points outside its mount %s",
 			                link->name, t, mt->path);
 		err = path_append(out, &len, mt->path);
 		if (!err)
-			err = path_append(out, &len, t + rl);
+			err = path_append(out, &len, abs + rl);
 	} else {
 		memcpy(out, dir, dlen);
 		len = dlen;
@@ -618,6 +623,11 @@ int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[
 	if (!ino)
 		return -ENOMEM;
 	snprintf(cur, sizeof(cur), "%s", path);
+	size_t cl = strlen(cur);
+	if (cl > 1 && cur[cl - 1] == '/') {
+		cur[cl - 1] = 0; /* "/a/" is "/a", and a link there is followed */
+		follow_last = true;
+	}
 	for (int hops = 0; !err;) {
 		err = mst_ns_getattr(m, MST_ROOT_INO, ino, em);
 		const char *p = cur;

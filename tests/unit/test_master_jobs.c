@@ -339,6 +339,7 @@ Test(jobs, pins_together_larger_than_the_cache_are_refused)
 {
 	char msg[300];
 	fake_worker(10); /* 10 bytes of cache; a.txt 5, b.txt 6, sub/c.bin 3 */
+	cr_assert_eq(pin_api("/m/", true, NULL, 0), 507, "a trailing slash is the same path");
 	cr_assert_eq(pin_api("/m/b.txt", true, NULL, 0), 200);
 	cr_assert_eq(pin_api("/m/a.txt", true, msg, sizeof(msg)), 507, "6 + 5 bytes pinned");
 	cr_assert(strstr(msg, "pin /m/a.txt") && strstr(msg, "11 B") && strstr(msg, "10 B"), "%s",

@@ -402,6 +402,9 @@ Test(master, links_followed_in_paths)
 	link_in_store("latest", "sub");
 	link_in_store("sub/up", "../b.txt");
 	link_in_store("abs", abs);
+	char abs2[420];
+	snprintf(abs2, sizeof(abs2), "%s/./sub//c.bin", store);
+	link_in_store("abs2", abs2);
 	link_in_store("twice", "latest/./up");
 	link_in_store("out", "../../etc");
 	link_in_store("outabs", "/etc/passwd");
@@ -421,6 +424,9 @@ Test(master, links_followed_in_paths)
 	REALPATH_IS("/data/latest/up", true, "/data/b.txt");
 	REALPATH_IS("/data/latest/up", false, "/data/sub/up");
 	REALPATH_IS("/data/abs", true, "/data/sub/c.bin");
+	REALPATH_IS("/data/abs2", true, "/data/sub/c.bin");
+	REALPATH_IS("/data/latest/", false, "/data/sub");
+	REALPATH_IS("/data/", false, "/data");
 	REALPATH_IS("/data/twice", true, "/data/b.txt");
 	cr_assert_eq(mst_ns_realpath(m, "/data/out", true, real, &em), -EXDEV);
 	cr_assert(strstr(em.text, "'out'") && strstr(em.text, "leads out of its mount"), "%s",
