@@ -208,12 +208,10 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 	char real[MST_PATH_MAX + 1];
 	int err = get_path(q, NULL, &path, &em);
 	if (!err) { /* ls of a link to a directory lists the directory, as ls(1) does */
-		err = mst_ns_realpath(m, path, true, real, &em);
+		err = mst_ns_realpath(m, path, true, real, dir, &em);
 		if (err == -ENOENT || err == -EXDEV || err == -ELOOP) /* and shows a broken one */
-			err = mst_ns_realpath(m, path, false, real, &em);
+			err = mst_ns_realpath(m, path, false, real, dir, &em);
 	}
-	if (!err)
-		err = mst_ns_resolve(m, real, dir, &em);
 	if (err) {
 		status = fail(out, err, &em);
 		goto out_dir;
@@ -266,9 +264,7 @@ static int api_stat(mst_master *m, const cis_kvlist *q, json_t **out)
 	char real[MST_PATH_MAX + 1];
 	int err = get_path(q, NULL, &path, &em);
 	if (!err) /* a link itself, reached through any links on the way */
-		err = mst_ns_realpath(m, path, false, real, &em);
-	if (!err)
-		err = mst_ns_resolve(m, real, ino, &em);
+		err = mst_ns_realpath(m, path, false, real, ino, &em);
 	if (err) {
 		free(ino);
 		return fail(out, err, &em);
@@ -578,7 +574,7 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		return fail_msg(out, 400, "nothing to set: give replicas, pin or ttl");
 	/* the policy of what the path leads to (links followed) */
 	char real[MST_PATH_MAX + 1];
-	err = mst_ns_realpath(m, path, true, real, &em);
+	err = mst_ns_realpath(m, path, true, real, NULL, &em);
 	if (err)
 		return fail(out, err, &em);
 	path = real;

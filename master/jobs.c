@@ -1136,7 +1136,7 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	if (r->replicas > 64 || r->parallel > 256)
 		return cis_fail(em, -EINVAL, "replicas must be 1..64 and parallel 1..256");
 	/* what the path leads to, links followed: the job walks that */
-	err = mst_ns_realpath(m, r->path, true, path, em);
+	err = mst_ns_realpath(m, r->path, true, path, NULL, em);
 	if (err)
 		return err;
 	if (!strcmp(r->type, "pin")) {

@@ -175,10 +175,11 @@ int mst_ns_resolve(mst_master *m, const char *path, mst_inode *out, cis_errmsg *
  * and the last component too with follow_last. A link's text is resolved
  * as in its store: relative to its directory, or (absolute) below the
  * store's root; one that leads out of its mount, dangles or loops (more
- * than MST_LINK_HOPS) is an error naming it. */
+ * than MST_LINK_HOPS) is an error naming it. ino_out (may be NULL) gets
+ * the inode out names. */
 #define MST_LINK_HOPS 40
 int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[MST_PATH_MAX + 1],
-                    cis_errmsg *em);
+                    mst_inode *ino_out, cis_errmsg *em);
 /* One page of a directory: up to max entries after cookie (0 first).
  * *entries malloc'd (caller frees). */
 int mst_ns_readdir(mst_master *m, uint64_t dir, uint64_t cookie, size_t max, mst_inode **entries,

@@ -615,7 +615,7 @@ static int link_path(mst_master *m, const mst_inode *link, const char *dir, size
 }
 
 int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[MST_PATH_MAX + 1],
-                    cis_errmsg *em)
+                    mst_inode *ino_out, cis_errmsg *em)
 {
 	char cur[MST_PATH_MAX + 1], next[MST_PATH_MAX + 1];
 	mst_inode *ino = malloc(sizeof(*ino));
@@ -675,9 +675,12 @@ int mst_ns_realpath(mst_master *m, const char *path, bool follow_last, char out[
 		if (!err && !followed)
 			break;
 	}
-	free(ino);
-	if (!err)
+	if (!err) {
 		snprintf(out, MST_PATH_MAX + 1, "%s", cur);
+		if (ino_out)
+			*ino_out = *ino;
+	}
+	free(ino);
 	return err;
 }
 

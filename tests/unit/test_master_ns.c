@@ -385,15 +385,6 @@ static void link_in_store(const char *name, const char *target)
 	cr_assert_eq(symlink(target, p), 0, "%s", p);
 }
 
-#define REALPATH_IS(path, follow_last, want)                                                       \
-	do {                                                                                       \
-		char got_[MST_PATH_MAX + 1];                                                       \
-		cis_errmsg em_ = {{0}};                                                            \
-		cr_assert_eq(mst_ns_realpath(m, path, follow_last, got_, &em_), 0, "%s: %s", path, \
-		             em_.text);                                                            \
-		cr_assert_str_eq(got_, want);                                                      \
-	} while (0)
-
 Test(master, links_followed_in_paths)
 {
 	cis_errmsg em = {{0}};
@@ -416,29 +407,45 @@ Test(master, links_followed_in_paths)
 	link_in_store("long", longname);
 	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
 
-	REALPATH_IS("/", true, "/");
-	REALPATH_IS("/data/b.txt", true, "/data/b.txt");
-	REALPATH_IS("/data/latest", true, "/data/sub");
-	REALPATH_IS("/data/latest", false, "/data/latest");
-	REALPATH_IS("/data/latest/c.bin", false, "/data/sub/c.bin");
-	REALPATH_IS("/data/latest/up", true, "/data/b.txt");
-	REALPATH_IS("/data/latest/up", false, "/data/sub/up");
-	REALPATH_IS("/data/abs", true, "/data/sub/c.bin");
-	REALPATH_IS("/data/abs2", true, "/data/sub/c.bin");
-	REALPATH_IS("/data/latest/", false, "/data/sub");
-	REALPATH_IS("/data/", false, "/data");
-	REALPATH_IS("/data/twice", true, "/data/b.txt");
-	cr_assert_eq(mst_ns_realpath(m, "/data/out", true, real, &em), -EXDEV);
+	static const struct {
+		const char *path;
+		bool follow_last;
+		const char *want;
+	} cases[] = {
+	    {"/", true, "/"},
+	    {"/data/b.txt", true, "/data/b.txt"},
+	    {"/data/latest", true, "/data/sub"},
+	    {"/data/latest", false, "/data/latest"},
+	    {"/data/latest/c.bin", false, "/data/sub/c.bin"},
+	    {"/data/latest/up", true, "/data/b.txt"},
+	    {"/data/latest/up", false, "/data/sub/up"},
+	    {"/data/abs", true, "/data/sub/c.bin"},
+	    {"/data/abs2", true, "/data/sub/c.bin"},
+	    {"/data/latest/", false, "/data/sub"},
+	    {"/data/", false, "/data"},
+	    {"/data/twice", true, "/data/b.txt"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		mst_inode got;
+		cr_assert_eq(
+		    mst_ns_realpath(m, cases[i].path, cases[i].follow_last, real, &got, &em), 0,
+		    "%s: %s", cases[i].path, em.text);
+		cr_assert_str_eq(real, cases[i].want, "%s", cases[i].path);
+		mst_inode want;
+		cr_assert_eq(mst_ns_resolve(m, cases[i].want, &want, &em), 0, "%s", em.text);
+		cr_assert_eq(got.id, want.id, "%s: the inode of %s", cases[i].path, cases[i].want);
+	}
+	cr_assert_eq(mst_ns_realpath(m, "/data/out", true, real, NULL, &em), -EXDEV);
 	cr_assert(strstr(em.text, "'out'") && strstr(em.text, "leads out of its mount"), "%s",
 	          em.text);
-	cr_assert_eq(mst_ns_realpath(m, "/data/outabs", true, real, &em), -EXDEV);
+	cr_assert_eq(mst_ns_realpath(m, "/data/outabs", true, real, NULL, &em), -EXDEV);
 	cr_assert(strstr(em.text, "points outside its mount"), "%s", em.text);
-	cr_assert_eq(mst_ns_realpath(m, "/data/loop", true, real, &em), -ELOOP);
-	cr_assert_eq(mst_ns_realpath(m, "/data/gone", true, real, &em), -ENOENT);
-	cr_assert_eq(mst_ns_realpath(m, "/data/long", true, real, &em), -ENAMETOOLONG,
+	cr_assert_eq(mst_ns_realpath(m, "/data/loop", true, real, NULL, &em), -ELOOP);
+	cr_assert_eq(mst_ns_realpath(m, "/data/gone", true, real, NULL, &em), -ENOENT);
+	cr_assert_eq(mst_ns_realpath(m, "/data/long", true, real, NULL, &em), -ENAMETOOLONG,
 	             "a link's text with a name over the limit");
-	cr_assert_eq(mst_ns_realpath(m, "/data/b.txt/x", true, real, &em), -ENOTDIR);
-	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, &em), -EINVAL, "bad paths");
+	cr_assert_eq(mst_ns_realpath(m, "/data/b.txt/x", true, real, NULL, &em), -ENOTDIR);
+	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, NULL, &em), -EINVAL, "bad paths");
 }
 
 Test(master, workers_register_heartbeat_lost)
