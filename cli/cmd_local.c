@@ -1076,13 +1076,23 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		return 0;
 	}
 	if (mounted_fuse(mnt)) {
-		/* A mount left by a killed stack: take it away. */
+		/* A mount left by a killed stack (its daemon gone: stat fails
+		 * with ENOTCONN), or one of a stack started with another
+		 * --state-dir, which stops when it sees its mount gone. */
+		struct stat sb;
+		bool served = stat(mnt, &sb) == 0;
 		unmount_fuse(mnt);
 		if (mounted_fuse(mnt)) {
 			fprintf(stderr, "cistern local: %s: cannot unmount (busy?)\n", mnt);
 			return -EBUSY;
 		}
-		printf("cistern local: unmounted a stale mount at %s\n", mnt);
+		if (served)
+			printf(
+			    "cistern local: unmounted %s; the stack serving it (state not in %s) "
+			    "stops as it sees that\n",
+			    mnt, state);
+		else
+			printf("cistern local: unmounted a stale mount at %s\n", mnt);
 		return 0;
 	}
 	fprintf(stderr, "cistern local: %s: no cistern local running for it (state %s)\n", mnt,

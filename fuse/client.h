@@ -15,6 +15,7 @@
 #define FCL_DOWN_MAX      32 /* workers remembered as failing */
 #define FCL_DOWN_MS       10000
 #define FCL_SPACE_MS      1000 /* statfs asks the master at most this often */
+#define FCL_CHANGED_MAX   4096 /* files remembered as found changed, until opened */
 
 enum fcl_mop { FCL_MOP_LOOKUP, FCL_MOP_GETATTR, FCL_MOP_READDIR, FCL_MOP_OPEN, FCL_MOP_N };
 
@@ -95,6 +96,7 @@ typedef struct fcl {
 	fcl_inodes *inodes;
 	fcl_meta *meta;
 	fcl_lru *versions;       /* ino -> version last opened (keep_cache) */
+	fcl_lru *changed;        /* ino -> version a read found changed in the store */
 	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;
 	fcl_remote *remote;

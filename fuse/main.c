@@ -524,13 +524,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* A read found the object changed in the store (-ESTALE): whatever is
  * cached about its version is wrong. Drop it so the next open asks the
- * master (and drops the kernel's pages), and drop the kernel's attributes
- * (a negative offset: no page is touched, so this cannot deadlock with the
- * read in progress). */
+ * master, naming the version found changed so that the master asks the
+ * store (and the open drops the kernel's pages), and drop the kernel's
+ * attributes (a negative offset: no page is touched, so this cannot
+ * deadlock with the read in progress). */
 static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 {
 	fcl_meta_forget_attr(c->meta, f->ino);
 	(void)fcl_lru_remove(c->versions, &f->ino, sizeof(f->ino), NULL);
+	(void)fcl_lru_put(c->changed, &f->ino, sizeof(f->ino), f->version, NULL, NULL);
 	cis_counter_inc(c->stats.stale_reads);
 	if (c->se)
 		(void)fuse_lowlevel_notify_inval_inode(c->se, ino, -1, 0);
@@ -988,6 +990,7 @@ int main(int argc, char **argv)
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
 	                 o.meta_cache, &c.meta) ||
 	    fcl_lru_new(versions_cap, CIS_UFS_VERSION_MAX, &c.versions) ||
+	    fcl_lru_new(FCL_CHANGED_MAX, CIS_UFS_VERSION_MAX, &c.changed) ||
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da))
 		cis_die("out of memory at start-up");
 
@@ -1069,6 +1072,7 @@ int main(int argc, char **argv)
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);
 	fcl_lru_free(c.versions);
+	fcl_lru_free(c.changed);
 	fcl_inodes_free(c.inodes);
 	fcl_mounts_free(&c);
 	fcl_workers_fini(&c);

@@ -264,7 +264,10 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 {
 	fcl_open_info oi;
 	*hit = false;
-	int rc = fcl_meta_get_open(c->meta, ino, &oi);
+	/* A version a read found changed: the master checks the store. */
+	char stale[CIS_UFS_VERSION_MAX] = "";
+	(void)fcl_lru_remove(c->changed, &ino, sizeof(ino), stale);
+	int rc = stale[0] ? -ENOENT : fcl_meta_get_open(c->meta, ino, &oi);
 	if (rc == 0) {
 		*out = file_new(c, ino, &oi, oi.key);
 		*hit = *out != NULL;
@@ -273,11 +276,14 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	count_call(c, FCL_MOP_OPEN);
 	Cis__OpenRequest req = CIS__OPEN_REQUEST__INIT;
 	req.inode = ino;
+	req.stale_version = stale;
 	Cis__OpenReply *rep = NULL;
 	rc = call(c->master, CIS_MSG_MASTER_OPEN, &req.base, &cis__open_reply__descriptor,
 	          (ProtobufCMessage **)&rep, 0, em);
 	if (rc) {
 		note_master_error(c, rc, em);
+		if (stale[0]) /* the master did not hear it: the next open tells it */
+			(void)fcl_lru_put(c->changed, &ino, sizeof(ino), stale, NULL, NULL);
 		return rc;
 	}
 	if (!rep->inode || !rep->mount) {

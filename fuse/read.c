@@ -70,6 +70,18 @@ static int mount_ufs(fcl_mount *m, cis_ufs **out, cis_errmsg *em)
 	return rc;
 }
 
+/* The object is no longer the version opened: no worker or store read of
+ * this open can succeed, and bytes of two versions must never mix. */
+static int changed(const fcl_file *f, uint64_t foff, const cis_errmsg *em)
+{
+	cis_log(
+	    CIS_LOG_WARN, "read failed: the file changed in its store since it was opened",
+	    "ino=%llu key=\"%s\" offset=%llu err=\"%s\" next=\"a new open reads the new version\"",
+	    (unsigned long long)f->ino, f->key, (unsigned long long)foff,
+	    cis_errmsg_or(em, -CIS_E_CHANGED));
+	return -ESTALE;
+}
+
 static int store_read(fcl *c, fcl_file *f, uint64_t foff, size_t len, fcl_seg *seg, cis_errmsg *em)
 {
 	cis_ufs *u;
@@ -94,11 +106,13 @@ static int store_read(fcl *c, fcl_file *f, uint64_t foff, size_t len, fcl_seg *s
 	count(c, FCL_PATH_STORE, len);
 	return 0;
 out_fail:
+	if (rc == -CIS_E_CHANGED)
+		return changed(f, foff, em);
 	cis_counter_inc(c->stats.store_errors);
 	cis_log(CIS_LOG_ERROR, "read failed: the store failed and no worker could serve it",
 	        "ino=%llu key=\"%s\" offset=%llu len=%zu err=\"%s\"", (unsigned long long)f->ino,
 	        f->key, (unsigned long long)foff, len, cis_errmsg_or(em, rc));
-	return rc == -CIS_E_CHANGED ? -ESTALE : -EIO;
+	return -EIO;
 }
 
 /* Whether w failed a read in the last FCL_DOWN_MS. */
@@ -246,6 +260,10 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 				return 0;
 			}
 			free(buf);
+		}
+		if (rc == -CIS_E_CHANGED) {
+			*em = wem;
+			return changed(f, idx * f->block_size + boff, em);
 		}
 		cis_counter_inc(c->stats.failovers);
 		/* A worker that answered "no" (the block is bad, the request

@@ -100,7 +100,7 @@ typedef struct mst_master {
 
 	cis_metrics *metrics;
 	cis_counter *c_store_lists, *c_store_list_errors, *c_lookups, *c_rpc_requests,
-	    *c_rpc_errors, *c_api_requests, *c_lists_ahead;
+	    *c_rpc_errors, *c_api_requests, *c_lists_ahead, *c_store_stats;
 } mst_master;
 
 typedef struct mst_open_opts {
@@ -190,6 +190,12 @@ int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_er
 /* The same for a directory queued for listing ahead, depth levels below
  * the listing a client asked for. */
 int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);
+/* A reader found version stale_version of file id changed in its store:
+ * while the namespace still holds that version, ask the store for the
+ * object and store its size, time and version; an object that is gone or
+ * became a directory has its directory listed again instead. 0 also when
+ * there is nothing to do (not a file, already another version). */
+int mst_ns_refresh_file(mst_master *m, uint64_t id, const char *stale_version, cis_errmsg *em);
 /* Re-list path now; with recursive, every directory below already loaded. */
 int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em);
 void mst_ns_flights_init(mst_master *m);

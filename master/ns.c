@@ -475,6 +475,76 @@ int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg
 	return ensure_listed(m, dir, false, depth, em);
 }
 
+/* The file's inode, if it still is a file of version stale. */
+static bool still_stale(const mst_inode *ino, const char *stale)
+{
+	return ino->type == MST_FILE && ino->mount_id != 0 && strcmp(ino->version, stale) == 0;
+}
+
+/* Store what the store says of file id, if it still holds version stale. */
+static int store_file_stat(mst_master *m, uint64_t id, const char *stale,
+                           const struct cis_ufs_stat *st, cis_errmsg *em)
+{
+	MDB_txn *txn;
+	mst_inode *ino = malloc(sizeof(*ino));
+	int err = ino ? mst_txn_begin(m, true, &txn) : -ENOMEM;
+	if (err) {
+		free(ino);
+		return cis_fail(em, err, "inode %llu: %s", (unsigned long long)id,
+		                cis_strerror(err));
+	}
+	err = mst_inode_get(m, txn, id, ino);
+	if (err || !still_stale(ino, stale)) {
+		mdb_txn_abort(txn); /* gone or refreshed meanwhile: nothing to store */
+		free(ino);
+		return 0;
+	}
+	ino->size = st->size;
+	ino->mtime_ns = st->mtime_ns;
+	if (st->mode)
+		ino->mode = st->mode & 07777;
+	snprintf(ino->version, sizeof(ino->version), "%s", st->version);
+	err = mst_inode_put(m, txn, ino);
+	if (err)
+		mdb_txn_abort(txn);
+	else
+		err = mst_txn_commit(txn);
+	free(ino);
+	if (err)
+		return cis_fail(em, err, "storing inode %llu: %s", (unsigned long long)id,
+		                cis_strerror(err));
+	return 0;
+}
+
+int mst_ns_refresh_file(mst_master *m, uint64_t id, const char *stale_version, cis_errmsg *em)
+{
+	mst_inode *ino = malloc(sizeof(*ino));
+	if (!ino)
+		return -ENOMEM;
+	int err = mst_ns_getattr(m, id, ino, em);
+	if (err || !still_stale(ino, stale_version))
+		goto out;
+	mst_mount *mt = mst_mount_find(m, ino->mount_id);
+	if (!mt || !mt->ufs)
+		goto out; /* unmounted meanwhile */
+	struct cis_ufs_stat st;
+	err = cis_ufs_stat(mt->ufs, ino->key, &st, em);
+	cis_counter_inc(m->c_store_stats);
+	if (err == 0 && !st.is_dir && st.version[0]) {
+		err = store_file_stat(m, id, stale_version, &st, em);
+	} else if (err == 0 || err == -ENOENT) {
+		/* Gone, or another kind of entry now: its directory's listing
+		 * drops or replaces the inode. */
+		uint64_t parent = ino->parent;
+		err = mst_ns_getattr(m, parent, ino, em);
+		if (!err)
+			err = mst_ns_ensure_listed(m, ino, true, em);
+	}
+out:
+	free(ino);
+	return err;
+}
+
 int mst_ns_lookup(mst_master *m, uint64_t parent, const char *name, mst_inode *out, cis_errmsg *em)
 {
 	int err = mst_name_check(name, strlen(name), em);

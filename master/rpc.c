@@ -117,7 +117,11 @@ static int h_open(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)
 {
 	const Cis__OpenRequest *q = (const Cis__OpenRequest *)msg;
 	mst_inode ino;
-	int err = mst_ns_getattr(m, q->inode, &ino, &out->em);
+	int err = 0;
+	if (q->stale_version && q->stale_version[0])
+		err = mst_ns_refresh_file(m, q->inode, q->stale_version, &out->em);
+	if (!err)
+		err = mst_ns_getattr(m, q->inode, &ino, &out->em);
 	if (err)
 		return err;
 	if (ino.type == MST_DIR)

@@ -5,6 +5,8 @@
 #    and short-circuit (the store, once no worker is left);
 #  - an object overwritten in the store: after `cistern sync` the mount shows
 #    the new size and content, and no read ever sees a mix of versions;
+#    without a sync, a read that finds the object changed fails (ESTALE) and
+#    the next open sees the new version (the master asks the store);
 #  - a block file truncated under the client's cached short-circuit
 #    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
@@ -151,6 +153,31 @@ if ! cmp -s "$SRC/st.bin" "$MNT4/data/st.bin"; then
 fi
 cmp "$SRC/st.bin" "$MNT4/data/st.bin" || fail "st.bin: the open after a stale read still saw the old version"
 unmount_fuse "$MNT4"
+
+# --- an object changed in the store while the master still holds the old version -------
+log "an object changed with no sync: at most one ESTALE, then the open sees the new version"
+head -c $((2 << 20)) /dev/urandom >"$SRC/ns.bin"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (ns.bin)"
+cmp "$SRC/ns.bin" "$MNT/data/ns.bin" || fail "ns.bin differs"
+"${CLI[@]}" free /data/ns.bin >/dev/null || fail "cistern free /data/ns.bin"
+head -c $(((2 << 20) + 11)) /dev/urandom >"$CIS_TMP/ns.new"
+touch -d '+4 minutes' "$CIS_TMP/ns.new"
+ns_sum=$(sha256sum <"$CIS_TMP/ns.new" | cut -d' ' -f1)
+mv "$CIS_TMP/ns.new" "$SRC/ns.bin" # no sync: the master's listing is 5 minutes good
+echo 1 >/proc/sys/vm/drop_caches
+stats0=$(curl -sf "http://127.0.0.1:$MHTTP/metrics" | awk '$1 == "cistern_master_store_stats_total" { print $2 }')
+got=$(read_sum "$MNT/data/ns.bin")
+[ "$got" = "$ns_sum" ] || [ "$got" = stale ] || fail "ns.bin: a read of a changed object gave $got"
+assert_eq "$(read_sum "$MNT/data/ns.bin")" "$ns_sum" "ns.bin: the open after the stale read"
+assert_eq "$(stat -c %s "$MNT/data/ns.bin")" $(((2 << 20) + 11)) "ns.bin: size after the stale read"
+"${CLI[@]}" stat /data/ns.bin | grep -q "($(((2 << 20) + 11)) bytes)" ||
+	fail "the master did not keep the new version: $("${CLI[@]}" stat /data/ns.bin)"
+stats1=$(curl -sf "http://127.0.0.1:$MHTTP/metrics" | awk '$1 == "cistern_master_store_stats_total" { print $2 }')
+[ "$stats1" -gt "$stats0" ] || fail "the master asked no store about ns.bin ($stats0 -> $stats1)"
+if [ "$got" = stale ]; then
+	grep -q 'msg="read failed: the file changed in its store since it was opened".*ns.bin' \
+		"$CIS_TMP/fuse-mnt.log" || fail "no log line saying ns.bin changed"
+fi
 
 # --- a short-circuit block file that fails under the client ---------------------------
 log "a block file truncated under a cached short-circuit descriptor: failover, not a short read"

@@ -321,6 +321,73 @@ Test(master, rpc_lookup_open_and_garbage)
 	mst_reply_clear(&r);
 }
 
+/* OPEN with the version a reader found changed: the master asks the store
+ * and answers with what it holds now (sync_interval 0: nothing else would
+ * ever show the change); a version already replaced, or none, asks nothing;
+ * a file gone from the store is gone from the namespace. */
+static int open_with(uint64_t file, const char *stale, Cis__Inode *got)
+{
+	mst_reply r;
+	Cis__OpenRequest oq = CIS__OPEN_REQUEST__INIT;
+	oq.inode = file;
+	oq.stale_version = (char *)stale;
+	call(CIS_MSG_MASTER_OPEN, &oq.base, &r);
+	int code = r.code;
+	if (code == 0) {
+		Cis__Inode *i = ((Cis__OpenReply *)r.msg)->inode;
+		got->size = i->size;
+		got->type = i->type;
+		snprintf(got->version, CIS_UFS_VERSION_MAX, "%s", i->version);
+	}
+	mst_reply_clear(&r);
+	return code;
+}
+
+Test(master, open_after_a_changed_read_asks_the_store)
+{
+	cis_errmsg em = {{0}};
+	mst_inode a, b;
+	char ver[CIS_UFS_VERSION_MAX], old[CIS_UFS_VERSION_MAX], p[400];
+	Cis__Inode got = {.version = ver};
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a, &em), 0);
+	cr_assert_eq(mst_ns_resolve(m, "/data/b.txt", &b, &em), 0);
+	snprintf(old, sizeof(old), "%s", a.version);
+	usleep(10000); /* a new mtime even on a coarse clock */
+	put_file(store, "a.txt", "a longer content");
+	uint64_t asked = cis_counter_get(m->c_store_stats);
+
+	cr_assert_eq(open_with(a.id, "", &got), 0);
+	cr_assert_str_eq(ver, old, "a plain open asks no store");
+	cr_assert_eq(open_with(a.id, "some-other-version", &got), 0);
+	cr_assert_str_eq(ver, old, "a version not held asks no store");
+	cr_assert_eq(cis_counter_get(m->c_store_stats), asked);
+
+	cr_assert_eq(open_with(a.id, old, &got), 0);
+	cr_assert_eq(got.size, 16);
+	cr_assert_str_neq(ver, old);
+	cr_assert_eq(cis_counter_get(m->c_store_stats), asked + 1);
+	mst_inode a2;
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a2, &em), 0);
+	cr_assert_eq(a2.id, a.id, "the inode is kept");
+	cr_assert_str_eq(a2.version, ver, "stored, not only answered");
+	cr_assert_eq(open_with(a.id, old, &got), 0, "asked again: already refreshed");
+	cr_assert_eq(cis_counter_get(m->c_store_stats), asked + 1);
+
+	snprintf(p, sizeof(p), "%s/b.txt", store);
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(open_with(b.id, b.version, &got), -ENOENT);
+	cr_assert_eq(mst_ns_resolve(m, "/data/b.txt", &b, &em), -ENOENT);
+
+	/* Became a directory: the listing replaces the inode. */
+	snprintf(p, sizeof(p), "%s/a.txt", store);
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	cr_assert_eq(open_with(a.id, ver, &got), -ENOENT);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a2, &em), 0);
+	cr_assert_eq(a2.type, MST_DIR);
+}
+
 /* A file:// store's links are inodes of their own: typed, with the text,
  * kept across a restart, a changed text (or a link become a file) is a new
  * inode; GETATTR carries the text, OPEN refuses a link. */
