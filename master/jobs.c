@@ -58,7 +58,7 @@ struct counts {
 struct frec {
 	struct frec *next;
 	char *path, *key, *version;
-	uint64_t mount_id, size, bs;
+	uint64_t ino, mount_id, size, bs;
 	uint32_t left;   /* tasks not finished */
 	bool all_queued; /* every task of the file was made */
 	struct counts c; /* this file's own counts */
@@ -346,8 +346,12 @@ static void task_done(struct job *j, struct task *t, int code, const char *msg, 
 	struct frec *f = t->f;
 	if (code < 0) {
 		f->c.tasks_failed++;
-		if (!f->err && asprintf(&f->err, "block %llu: %s", (unsigned long long)t->index,
-		                        msg ? msg : cis_strerror(code)) < 0)
+		const char *hint = code == -CIS_E_CHANGED
+		                       ? " (the master has taken the new version from the store: "
+		                         "load it again)"
+		                       : "";
+		if (!f->err && asprintf(&f->err, "block %llu: %s%s", (unsigned long long)t->index,
+		                        msg ? msg : cis_strerror(code), hint) < 0)
 			f->err = NULL;
 	} else if (cached) {
 		f->c.tasks_cached++;
@@ -570,12 +574,39 @@ static void send_batch(struct job *j, struct batch *b)
 		flush_pending(j);
 		pthread_mutex_unlock(&j->js->lock);
 	} else {
+		/* Files whose object changed since the walk listed it: the
+		 * namespace takes the new version (after the lock: a store call). */
+		struct changed {
+			uint64_t ino;
+			char version[CIS_UFS_VERSION_MAX];
+		} *chg = NULL;
+		size_t nchg = 0;
 		pthread_mutex_lock(&j->js->lock);
 		for (size_t i = 0; i < b->n; i++) {
 			Cis__BlockResult *r = rep->results[i];
+			const struct frec *f = b->t[i].f;
+			if (r->code == -CIS_E_CHANGED && (!nchg || chg[nchg - 1].ino != f->ino)) {
+				struct changed *nc = realloc(chg, (nchg + 1) * sizeof(*nc));
+				if (nc) {
+					chg = nc;
+					chg[nchg].ino = f->ino;
+					snprintf(chg[nchg].version, sizeof(chg[nchg].version), "%s",
+					         f->version);
+					nchg++;
+				}
+			}
 			task_done(j, &b->t[i], r->code, r->message, r->was_cached, r->length);
 		}
 		pthread_mutex_unlock(&j->js->lock);
+		for (size_t i = 0; i < nchg; i++) {
+			cis_errmsg cem = {{0}};
+			int rc = mst_ns_refresh_file(m, chg[i].ino, chg[i].version, &cem);
+			if (rc && rc != -ENOENT)
+				cis_warn("refreshing a changed file failed",
+				         "job=%llu inode=%llu: %s", (unsigned long long)j->id,
+				         (unsigned long long)chg[i].ino, cis_errmsg_or(&cem, rc));
+		}
+		free(chg);
 	}
 	if (rep)
 		protobuf_c_message_free_unpacked(&rep->base, NULL);
@@ -646,6 +677,7 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		frec_free(f);
 		return -ENOMEM;
 	}
+	f->ino = ino->id;
 	f->mount_id = ino->mount_id;
 	f->size = ino->size;
 	f->bs = bs;

@@ -6,7 +6,8 @@
 #  - an object overwritten in the store: after `cistern sync` the mount shows
 #    the new size and content, and no read ever sees a mix of versions;
 #    without a sync, a read that finds the object changed fails (ESTALE) and
-#    the next open sees the new version (the master asks the store);
+#    the next open sees the new version (the master asks the store); a load
+#    that finds it changed fails that file and the next load takes it;
 #  - a block file truncated under the client's cached short-circuit
 #    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
@@ -178,6 +179,19 @@ if [ "$got" = stale ]; then
 	grep -q 'msg="read failed: the file changed in its store since it was opened".*ns.bin' \
 		"$CIS_TMP/fuse-mnt.log" || fail "no log line saying ns.bin changed"
 fi
+
+# A load that finds the object changed since the walk listed it fails that
+# file, says why, and the master takes the new version: a second load works.
+"${CLI[@]}" free /data/ns.bin >/dev/null || fail "cistern free /data/ns.bin (second)"
+head -c $(((2 << 20) + 22)) /dev/urandom >"$CIS_TMP/ns.new"
+touch -d '+5 minutes' "$CIS_TMP/ns.new"
+mv "$CIS_TMP/ns.new" "$SRC/ns.bin"
+out=$("${CLI[@]}" load /data/ns.bin 2>&1) && fail "a load of a changed object succeeded: $out"
+assert_contains "$out" "load it again" "load of a changed object"
+"${CLI[@]}" stat /data/ns.bin | grep -q "($(((2 << 20) + 22)) bytes)" ||
+	fail "the failed load left the old version: $("${CLI[@]}" stat /data/ns.bin)"
+out=$("${CLI[@]}" load /data/ns.bin 2>&1) || fail "the second load of ns.bin failed: $out"
+assert_contains "$out" "0 files failed" "second load of ns.bin"
 
 # --- a short-circuit block file that fails under the client ---------------------------
 log "a block file truncated under a cached short-circuit descriptor: failover, not a short read"
