@@ -136,6 +136,24 @@ static bool job_succeeded(const json_t *j)
 	       !cli_jint(j, "failures_total");
 }
 
+/* A load that asked for more copies than there are live workers got one
+ * per worker: say so (the replication manager adds the rest as workers
+ * join; the job itself succeeded). */
+static void note_short_replicas(cli_ctx *c, const json_t *j)
+{
+	long long want = cli_jint(j, "replicas");
+	json_t *o;
+	if (strcmp(cli_jstr(j, "type"), "load") || want < 2 ||
+	    cli_api(c, "GET", "/api/v1/workers", NULL, NULL, NULL, &o, "workers"))
+		return;
+	long long live = (long long)json_array_size(json_object_get(o, "workers"));
+	if (live < want)
+		printf("note: %lld replicas asked, %lld live worker%s: %lld cop%s of each block "
+		       "now; the rest follow as workers join\n",
+		       want, live, live == 1 ? "" : "s", live, live == 1 ? "y" : "ies");
+	json_decref(o);
+}
+
 /* Poll the job until it ends. Returns 0, -EIO when the job failed, was
  * cancelled or left files unloaded (its summary says which), or cli_api's
  * code. */
@@ -165,6 +183,7 @@ static int wait_job(cli_ctx *c, long long id, bool json)
 				cli_print_json(j);
 			} else {
 				print_summary(j);
+				note_short_replicas(c, j);
 				print_failures(j);
 			}
 			json_decref(o);
@@ -321,6 +340,7 @@ int cli_cmd_job(cli_ctx *c, int argc, char **argv)
 				cli_print_json(j);
 			} else {
 				print_summary(j);
+				note_short_replicas(c, j);
 				print_failures(j);
 			}
 			json_decref(o);

@@ -192,6 +192,9 @@ assert_contains "$out" "load it again" "load of a changed object"
 	fail "the failed load left the old version: $("${CLI[@]}" stat /data/ns.bin)"
 out=$("${CLI[@]}" load /data/ns.bin 2>&1) || fail "the second load of ns.bin failed: $out"
 assert_contains "$out" "0 files failed" "second load of ns.bin"
+# More copies asked than there are live workers (c alone): said, not failed.
+out=$("${CLI[@]}" load /data/ns.bin --replicas 2 2>&1) || fail "load --replicas 2 failed: $out"
+assert_contains "$out" "note: 2 replicas asked, 1 live worker" "load --replicas 2 with one worker"
 
 # --- a short-circuit block file that fails under the client ---------------------------
 log "a block file truncated under a cached short-circuit descriptor: failover, not a short read"
