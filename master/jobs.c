@@ -59,6 +59,7 @@ struct frec {
 	struct frec *next;
 	char *path, *key, *version;
 	uint64_t ino, mount_id, size, bs;
+	bool pin;        /* its blocks are pinned once loaded */
 	uint32_t left;   /* tasks not finished */
 	bool all_queued; /* every task of the file was made */
 	struct counts c; /* this file's own counts */
@@ -75,6 +76,7 @@ struct task {
 struct batch {
 	struct batch *next;
 	uint64_t wid;
+	bool pin; /* for every block in it */
 	size_t n;
 	struct task t[LOAD_BATCH];
 };
@@ -113,7 +115,7 @@ struct job {
 	bool closed;
 	struct frec *fhead, *ftail;
 	size_t nfiles;
-	struct batch **pending; /* per live worker index, by wid in pend_ids */
+	struct batch **pending; /* per worker and pin flag, keyed in pend_ids */
 	uint64_t *pend_ids;
 	size_t npend;
 	struct badw bad[16];
@@ -406,9 +408,11 @@ static void mark_bad(struct job *j, uint64_t wid, uint64_t for_ms)
  * queue. Caller holds js->lock. */
 static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 {
+	/* a batch per worker and pin flag: the slot's key has the flag in bit 63 */
+	uint64_t key = wid | (t->f->pin ? 1ull << 63 : 0);
 	size_t i;
 	for (i = 0; i < j->npend; i++)
-		if (j->pend_ids[i] == wid)
+		if (j->pend_ids[i] == key)
 			break;
 	if (i == j->npend) {
 		uint64_t *ni = realloc(j->pend_ids, (j->npend + 1) * sizeof(*ni));
@@ -419,7 +423,7 @@ static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 		if (!nb)
 			return -ENOMEM;
 		j->pending = nb;
-		j->pend_ids[i] = wid;
+		j->pend_ids[i] = key;
 		j->pending[i] = NULL;
 		j->npend++;
 	}
@@ -428,6 +432,7 @@ static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 		if (!j->pending[i])
 			return -ENOMEM;
 		j->pending[i]->wid = wid;
+		j->pending[i]->pin = t->f->pin;
 	}
 	struct batch *b = j->pending[i];
 	b->t[b->n++] = *t;
@@ -544,7 +549,7 @@ static void send_batch(struct job *j, struct batch *b)
 	rq.n_blocks = b->n;
 	rq.blocks = rp;
 	rq.job_id = j->id;
-	rq.pin = j->pin;
+	rq.pin = b->pin;
 	cis_rpc_result res = {.fd = -1};
 	cis_errmsg em = {{0}};
 	int err = mst_wcall(m, b->wid, CIS_MSG_WORKER_LOAD, &rq.base, &res, 300000, &em);
@@ -658,6 +663,18 @@ static void job_wait(struct job *j, uint64_t ms)
 		job_save(j);
 }
 
+/* Whether a file the job walks is to be pinned: a pin setting nearer to
+ * it than the job's path decides, else the job's own (a pin job's setting
+ * on its path may not be stored yet when its walk starts). */
+static bool file_pinned(const struct job *j, const char *path)
+{
+	mst_policy pol;
+	if (mst_policy_resolve(j->js->m, path, &pol) == 0 && pol.pin >= 0 &&
+	    pol.pin_from > strlen(j->path))
+		return pol.pin == 1;
+	return !strcmp(j->type, "load") ? j->pin : !strcmp(j->type, "pin");
+}
+
 static int load_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct job *j = arg;
@@ -678,6 +695,7 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		return -ENOMEM;
 	}
 	f->ino = ino->id;
+	f->pin = file_pinned(j, path);
 	f->mount_id = ino->mount_id;
 	f->size = ino->size;
 	f->bs = bs;
@@ -898,8 +916,10 @@ static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct bcast *b = arg;
 	struct job *j = b->j;
-	(void)path;
 	uint64_t bs = 0, nb = mst_file_blocks(j->js->m, ino, &bs);
+	/* pin and unpin leave alone a file that a nearer setting keeps as it is */
+	if (strcmp(j->type, "free") && file_pinned(j, path) != !strcmp(j->type, "pin"))
+		nb = 0;
 	for (uint64_t i = 0; i < nb; i++) {
 		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, bs, i);
 		for (int k = 0; k < 8; k++) {
@@ -1373,10 +1393,12 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 			} else {
 				j->cancel = true;
 				pthread_cond_broadcast(&j->cond);
-				if (!j->thread) {
-					j->state = JOB_CANCELLED;
-					job_save(j);
-				}
+				/* Recorded as cancelled now, while its thread winds
+				 * down: a master stopped meanwhile must not resume it. */
+				int state = j->thread ? j->state : JOB_CANCELLED;
+				j->state = JOB_CANCELLED;
+				job_save(j);
+				j->state = state;
 				em->text[0] = 0;
 				err = 0;
 			}

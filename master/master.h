@@ -122,6 +122,9 @@ void mst_close(mst_master *m);
 int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg *em);
 void mst_store_close(mst_master *m);
 int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out);
+/* The same, but the id is at least at_least (the counter moves past it). */
+int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t at_least,
+                      uint64_t *out);
 int mst_inode_get(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *out);
 int mst_inode_put(mst_master *m, MDB_txn *txn, const mst_inode *ino);
 int mst_child_get(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name, uint64_t *id);

@@ -117,6 +117,12 @@ int mst_txn_commit(MDB_txn *txn)
 
 int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out)
 {
+	return mst_store_take_id(m, txn, counter, 0, out);
+}
+
+int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t at_least,
+                      uint64_t *out)
+{
 	MDB_val k = {strlen(counter), (void *)counter}, v;
 	uint64_t next = 2; /* 1 is the root inode; ids of other kinds start at 2 too */
 	int rc = mdb_get(txn, m->dbi_meta, &k, &v);
@@ -127,6 +133,8 @@ int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 	} else if (rc != 0 && rc != MDB_NOTFOUND) {
 		return lmdb_err(rc);
 	}
+	if (next < at_least)
+		next = at_least;
 	*out = next;
 	uint64_t le = htole64(next + 1);
 	v.mv_size = 8;

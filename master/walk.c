@@ -15,8 +15,9 @@ struct frame {
 	mst_inode *ents;
 	size_t n, idx;
 	uint64_t cookie;              /* list mode: next readdir cookie */
-	char after[MST_NAME_MAX + 1]; /* LMDB mode: last name seen */
+	char after[MST_NAME_MAX + 1]; /* the last name seen */
 	bool eof;
+	bool by_name; /* list mode gone on in LMDB from after (the cookie went stale) */
 };
 
 int mst_path_order(const char *a, const char *b)
@@ -72,14 +73,23 @@ static int next_page(mst_master *m, struct frame *f, bool list, cis_errmsg *em)
 	free(f->ents);
 	f->ents = NULL;
 	f->n = f->idx = 0;
-	if (list) {
+	if (list && !f->by_name) {
 		uint64_t next;
 		int err = mst_ns_readdir(m, f->dir, f->cookie, WALK_PAGE, &f->ents, &f->n, &next,
 		                         &f->eof, em);
-		if (err)
+		if (err == 0) {
+			f->cookie = next;
+			if (f->n)
+				snprintf(f->after, sizeof(f->after), "%s", f->ents[f->n - 1].name);
+			return 0;
+		}
+		if (err != -ESTALE || !f->after[0])
 			return err;
-		f->cookie = next;
-		return 0;
+		/* The entry the cookie names left the directory (listed again
+		 * meanwhile, so LMDB is fresh): go on after its name there. */
+		f->by_name = true;
+		if (em)
+			em->text[0] = 0;
 	}
 	struct lmdb_page *p = malloc(sizeof(*p));
 	MDB_txn *txn;

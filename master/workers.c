@@ -343,9 +343,7 @@ static int reserve_id(struct mst_workers *w, uint64_t want, uint64_t *out)
 	if (err)
 		return err;
 	uint64_t next;
-	err = mst_store_next_id(w->m, txn, "next_worker", &next);
-	while (!err && want >= next)
-		err = mst_store_next_id(w->m, txn, "next_worker", &next);
+	err = mst_store_take_id(w->m, txn, "next_worker", want, &next);
 	if (err) {
 		mdb_txn_abort(txn);
 		return err;

@@ -4,13 +4,17 @@
  * their addresses lead nowhere, which is the failure path under test. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "cistern/msgtype.h"
 #include "cistern/proto/master.pb-c.h"
+#include "cistern/proto/worker.pb-c.h"
+#include "cistern/rpc.h"
 #include "cistern/time.h"
 #include "master.h"
 
@@ -429,4 +433,228 @@ Test(jobs, ttl_frees_after_the_load)
 	cr_assert_str_eq(str(last, "type"), "free");
 	cr_assert_str_eq(str(last, "path"), "/m");
 	json_decref(all);
+}
+
+/* A worker that answers Pin and Load and counts the blocks it was asked to
+ * pin, unpin, and load with and without pinning. */
+static struct {
+	pthread_mutex_t lock;
+	unsigned pinned, unpinned, loaded_pinned, loaded_plain;
+} seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void recording_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                             const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)data;
+	if (hdr->type == CIS_MSG_WORKER_PIN) {
+		Cis__PinRequest *q = cis__pin_request__unpack(NULL, hdr->msg_len, msg);
+		cr_assert(q);
+		pthread_mutex_lock(&seen.lock);
+		*(q->pin ? &seen.pinned : &seen.unpinned) += (unsigned)q->n_ids;
+		pthread_mutex_unlock(&seen.lock);
+		Cis__PinReply r = CIS__PIN_REPLY__INIT;
+		r.changed = (uint32_t)q->n_ids;
+		cis_rpc_reply(conn, hdr, &r.base, 0);
+		cis__pin_request__free_unpacked(q, NULL);
+		return;
+	}
+	if (hdr->type == CIS_MSG_WORKER_LOAD) {
+		Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
+		cr_assert(q);
+		pthread_mutex_lock(&seen.lock);
+		*(q->pin ? &seen.loaded_pinned : &seen.loaded_plain) += (unsigned)q->n_blocks;
+		pthread_mutex_unlock(&seen.lock);
+		Cis__BlockResult res[8], *rp[8];
+		cr_assert(q->n_blocks <= 8);
+		for (size_t i = 0; i < q->n_blocks; i++) {
+			cis__block_result__init(&res[i]);
+			res[i].id = q->blocks[i]->id;
+			res[i].length = q->blocks[i]->file_size;
+			rp[i] = &res[i];
+		}
+		Cis__LoadReply r = CIS__LOAD_REPLY__INIT;
+		r.job_id = q->job_id;
+		r.n_results = q->n_blocks;
+		r.results = rp;
+		cis_rpc_reply(conn, hdr, &r.base, 0);
+		cis__load_request__free_unpacked(q, NULL);
+		return;
+	}
+	cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+}
+
+/* POST /api/v1/policy {"path": path, "pin": pin}, then run its job. */
+static void pin_job(const char *path, bool pin)
+{
+	char body[200];
+	json_t *o = NULL;
+	snprintf(body, sizeof(body), "{\"path\": \"%s\", \"pin\": %s}", path,
+	         pin ? "true" : "false");
+	cr_assert_eq(api("POST", "/api/v1/policy", NULL, body, &o), 200);
+	uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "job"));
+	json_decref(o);
+	cr_assert_eq(mst_job_run(m, id), 0);
+}
+
+/* pin, unpin and load leave alone a file below the job's path whose own
+ * (nearer) pin setting says otherwise: an unpinned file is not pinned by a
+ * pin of its directory, pinned data stays pinned through an unpin of its
+ * parent, and a load pins what lies below a pinned path. */
+Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = recording_worker};
+	cis_rpc_server *srv;
+	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	wi.host = "127.0.0.1";
+	wi.rpc_port = cis_rpc_server_port(srv);
+	wi.unix_socket = "";
+	wi.hostname = "fake";
+	wi.capacity = 1 << 20;
+	rq.worker = &wi;
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
+	protobuf_c_message_free_unpacked(rep, NULL);
+
+	json_t *j;
+	/* a.txt, b.txt, sub/c.bin: one block each */
+	pin_job("/m/b.txt", false);
+	cr_assert_eq(seen.unpinned, 1, "the unpin of b.txt");
+	pin_job("/m", true);
+	cr_assert_eq(seen.pinned, 2, "pin /m pinned %u blocks; b.txt is unpinned", seen.pinned);
+	pin_job("/m/sub", true);
+	seen.unpinned = 0;
+	pin_job("/m", false);
+	cr_assert_eq(seen.unpinned, 2, "unpin /m unpinned %u blocks: a.txt and b.txt, not sub",
+	             seen.unpinned);
+
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 0);
+	json_decref(j);
+	cr_assert_eq(seen.loaded_pinned, 1, "sub/c.bin is loaded pinned (%u)", seen.loaded_pinned);
+	cr_assert_eq(seen.loaded_plain, 2, "a.txt and b.txt are not (%u)", seen.loaded_plain);
+	cis_rpc_server_stop(srv);
+}
+
+/* A walk of a directory one of whose files leaves the store (and the
+ * directory is listed again) while the walk is in it goes on after that
+ * file's name instead of failing with a stale cookie. */
+struct vanish {
+	int n;
+	char gone[64];
+};
+
+static int vanish_fn(void *arg, const char *path, const mst_inode *f)
+{
+	struct vanish *v = arg;
+	(void)f;
+	if (++v->n == 64) { /* the last file of the walk's first page */
+		char p[600];
+		snprintf(v->gone, sizeof(v->gone), "%s", strrchr(path, '/') + 1);
+		snprintf(p, sizeof(p), "%s/big/%s", store, v->gone);
+		cr_assert_eq(unlink(p), 0);
+		cis_errmsg em = {{0}};
+		uint64_t dirs;
+		cr_assert_eq(mst_ns_sync(m, "/m/big", false, &dirs, &em), 0, "%s", em.text);
+	}
+	return 0;
+}
+
+Test(jobs, walk_goes_on_when_a_listed_file_leaves)
+{
+	char big[400];
+	snprintf(big, sizeof(big), "%s/big", store);
+	mkdir(big, 0755);
+	for (int i = 0; i < 200; i++) {
+		char n[32];
+		snprintf(n, sizeof(n), "f%03d", i);
+		put_file(big, n, "x");
+	}
+	struct vanish v = {0};
+	cis_errmsg em = {{0}};
+	cr_assert_eq(mst_walk(m, "/m/big", true, vanish_fn, NULL, &v, &em), 0, "%s", em.text);
+	cr_assert_eq(v.n, 200, "each file visited once: %d", v.n);
+}
+
+/* A job cancelled while a batch is still out at a worker, with the master
+ * stopped before the batch comes back, stays cancelled after the restart
+ * (it used to be saved as running, and resumed). */
+static void slow_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
+                        struct evbuffer *data)
+{
+	(void)ctx;
+	(void)msg;
+	(void)data;
+	if (hdr->type == CIS_MSG_WORKER_LOAD)
+		cis_sleep_ms(1000);
+	cis_rpc_reply_error(conn, hdr, -EIO, "slow and failing");
+}
+
+Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
+{
+	cis_errmsg em = {{0}};
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 5000,
+	                   .metrics = metrics};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "slow", .handler = slow_worker};
+	cis_rpc_server *srv;
+	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	wi.host = "127.0.0.1";
+	wi.rpc_port = cis_rpc_server_port(srv);
+	wi.unix_socket = "";
+	wi.hostname = "slow";
+	wi.capacity = 1 << 20;
+	rq.worker = &wi;
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cis_sleep_ms(300); /* its batch is at the worker */
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	json_decref(j);
+}
+
+/* A worker registering with a large persisted id is answered at once (the
+ * id counter used to be stepped up to it one LMDB put at a time: days for
+ * this one). */
+Test(jobs, register_with_a_large_id_is_quick)
+{
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	wi.host = "127.0.0.1";
+	wi.rpc_port = 1;
+	wi.unix_socket = "";
+	wi.hostname = "far";
+	wi.id = 1ull << 40;
+	rq.worker = &wi;
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0); /* the suite's timeout */
+	cr_assert_eq(((Cis__RegisterWorkerReply *)rep)->worker_id, 1ull << 40);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	uint64_t next = fake_worker(1);
+	cr_assert_eq(next, (1ull << 40) + 1, "the next new worker's id: %llu",
+	             (unsigned long long)next);
 }
