@@ -565,10 +565,12 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	if (jt) {
 		if (json_is_string(jt) && !strcmp(json_string_value(jt), "off"))
 			ttl = 0;
-		else if (json_is_integer(jt) && json_integer_value(jt) > 0)
+		else if (json_is_integer(jt) && json_integer_value(jt) > 0 &&
+		         json_integer_value(jt) <= MST_TTL_MAX_S)
 			ttl = json_integer_value(jt);
 		else
-			return fail_msg(out, 400, "\"ttl\" must be seconds (> 0) or \"off\"");
+			return fail_msg(out, 400,
+			                "\"ttl\" must be seconds (1 to 100 years) or \"off\"");
 	}
 	if (!jr && !jp && !jt)
 		return fail_msg(out, 400, "nothing to set: give replicas, pin or ttl");

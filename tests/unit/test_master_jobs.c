@@ -393,6 +393,8 @@ Test(jobs, api_checks_input)
 	EXPECT(405, "GET", "/api/v1/policy", NULL, NULL);
 	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\"}");
 	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"ttl\": \"never\"}");
+	/* seconds as ns would overflow: it used to be taken, and expire at once */
+	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"ttl\": 100000000000}");
 	EXPECT(400, "POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"replicas\": 0}");
 	EXPECT(404, "POST", "/api/v1/policy", NULL, "{\"path\": \"/nope\", \"replicas\": 2}");
 	cr_assert_eq(api("POST", "/api/v1/policy", NULL,
