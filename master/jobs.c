@@ -1407,6 +1407,49 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 	return err;
 }
 
+/* Whether a load's blocks are still wanted: while it runs, and after it
+ * finished for its TTL (forever without one). */
+static bool load_live(mst_master *m, json_t *o, int64_t now_ns)
+{
+	const char *st = json_string_value(json_object_get(o, "state"));
+	const char *path = json_string_value(json_object_get(o, "path"));
+	int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
+	if (!st || !path)
+		return false;
+	if (!strcmp(st, "running"))
+		return true;
+	mst_policy pol;
+	return !strcmp(st, "done") && mst_policy_resolve(m, path, &pol) == 0 &&
+	       (pol.ttl_s <= 0 || fin + pol.ttl_s * 1000000000LL > now_ns);
+}
+
+enum newer_load { NEWER_NONE, NEWER_COVERS, NEWER_INSIDE };
+
+/* A load newer than old whose blocks are still wanted: one of old's path
+ * or above it (its own expiry frees old's blocks too), or one inside it
+ * (old's free would take them: it waits). */
+static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, int64_t now_ns)
+{
+	json_int_t id = json_integer_value(json_object_get(old, "id"));
+	const char *path = json_string_value(json_object_get(old, "path"));
+	enum newer_load r = NEWER_NONE;
+	size_t i;
+	json_t *o;
+	json_array_foreach(all, i, o)
+	{
+		const char *type = json_string_value(json_object_get(o, "type"));
+		const char *p = json_string_value(json_object_get(o, "path"));
+		if (json_integer_value(json_object_get(o, "id")) <= id || !type ||
+		    strcmp(type, "load") || !p || !load_live(m, o, now_ns))
+			continue;
+		if (path_within(p, path))
+			return NEWER_COVERS;
+		if (path_within(path, p))
+			r = NEWER_INSIDE;
+	}
+	return r;
+}
+
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 {
 	json_t *all = mst_jobs_json(m);
@@ -1426,6 +1469,9 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 		if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0 ||
 		    fin + pol.ttl_s * 1000000000LL > now_ns)
 			continue;
+		enum newer_load newer = newer_load(m, all, o, now_ns);
+		if (newer == NEWER_INSIDE)
+			continue; /* freed once that one expires */
 		uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
 		/* mark first: a crash between the two leaves blocks cached, never
 		 * frees twice */
@@ -1447,6 +1493,11 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 				record_put(m, id, full);
 				json_decref(full);
 			}
+		}
+		if (newer == NEWER_COVERS) {
+			cis_info("ttl expired, blocks kept for a newer load",
+			         "path=%s load_job=%llu", path, (unsigned long long)id);
+			continue;
 		}
 		mst_job_req r = {.type = "free", .path = path};
 		uint64_t fid;

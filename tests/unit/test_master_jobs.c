@@ -437,6 +437,35 @@ Test(jobs, ttl_frees_after_the_load)
 	json_decref(all);
 }
 
+/* An older load's TTL does not free what a newer load of the same path (or
+ * one inside it) brings in: the same path's blocks go with the newer
+ * load's expiry, a load inside the path holds the free until it expires. */
+Test(jobs, ttl_of_an_older_load_spares_a_newer_one)
+{
+	cis_errmsg em = {{0}};
+	uint64_t id1, id2, id3, started;
+	int64_t s = 1000000000LL;
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	mst_job_req in = {.type = "load", .path = "/m/sub", .metadata_only = true};
+	cr_assert_eq(mst_job_submit(m, &r, &id1, &em), 0);
+	cr_assert_eq(mst_job_run(m, id1), 0);
+	cr_assert_eq(mst_job_submit(m, &in, &id2, &em), 0); /* running until run below */
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
+	cr_assert_eq(started, 0, "a running load inside the path holds the older one's free");
+	cr_assert_eq(mst_job_run(m, id2), 0);
+	cr_assert_eq(mst_job_submit(m, &r, &id3, &em), 0); /* /m again, running */
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
+	cr_assert_eq(started, 0, "/m is being loaded again");
+	json_t *j = mst_job_json(m, id1, 0);
+	cr_assert(json_is_true(json_object_get(j, "expired")), "covered: expired without a free");
+	json_decref(j);
+	cr_assert_eq(mst_job_run(m, id3), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
+	cr_assert_eq(started, 1, "the newest load's expiry frees /m: %llu",
+	             (unsigned long long)started);
+}
+
 /* A worker that answers Pin and Load and counts the blocks it was asked to
  * pin, unpin, and load with and without pinning. */
 static struct {
