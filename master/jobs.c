@@ -477,26 +477,27 @@ static size_t task_order(struct job *j, const struct task *t, size_t *order, siz
 	return cis_place(pid, j->live, j->nlive, order, n);
 }
 
-/* Place t on a live, not-failing worker that does not hold the block yet
- * (rank among the first R + failed ones). Caller holds js->lock. */
+/* Place t on a live, not-failing worker that does not hold the block yet:
+ * first past the block's first R owners (each of those has a task of its
+ * own, so one that fails is replaced rather than doubled), else any. Caller
+ * holds js->lock. */
 static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t failed)
 {
 	refresh_live(j, m);
 	size_t order[64];
 	size_t no = task_order(j, t, order, 64);
-	for (size_t i = 0; i < no; i++) {
-		uint64_t w = j->live[order[i]];
-		if (w == failed || is_bad(j, w))
-			continue;
-		uint64_t hold[64];
-		size_t nh = mst_workers_locate(m->workers, t->id, hold, 64);
-		bool held = false;
-		for (size_t k = 0; k < nh; k++)
-			held |= hold[k] == w;
-		if (held)
-			continue;
-		return pend_task(j, w, t);
-	}
+	size_t r = j->replicas ? j->replicas : 1;
+	uint64_t hold[64];
+	size_t nh = mst_workers_locate(m->workers, t->id, hold, 64);
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = pass ? 0 : r; i < no; i++) {
+			uint64_t w = j->live[order[i]];
+			bool held = false;
+			for (size_t k = 0; k < nh; k++)
+				held |= hold[k] == w;
+			if (w != failed && !is_bad(j, w) && !held)
+				return pend_task(j, w, t);
+		}
 	return -EHOSTUNREACH;
 }
 
