@@ -497,6 +497,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fi->keep_cache = 0; /* the kernel refuses it with passthrough */
 		fi->direct_io = direct;
 	}
+	f->page_cache = !backing;
 	if (ask_owner)
 		fcl_file_ref(f); /* for the prefetch after the reply */
 	fcl_pt_mark_reply(backing);
@@ -538,6 +539,26 @@ static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 		(void)fuse_lowlevel_notify_inval_inode(c->se, ino, -1, 0);
 }
 
+/* The node's page cache is one for all its open files: once an open of a
+ * newer version has dropped it, a file still open on the older version must
+ * not fill it with old bytes (nor cut the node's size to the old one with a
+ * short read). Its reads fail as reads of a changed object do. A read that
+ * passed this check before that open is safe: the open's dropping of the
+ * cache waits for the pages that read holds locked. */
+static bool newer_version_open(fcl *c, const fcl_file *f)
+{
+	char now[CIS_UFS_VERSION_MAX];
+	if (!f->page_cache || !fcl_lru_get(c->versions, &f->ino, sizeof(f->ino), now) ||
+	    strcmp(now, f->version) == 0)
+		return false;
+	cis_counter_inc(c->stats.stale_reads);
+	cis_log_limited(CIS_LOG_WARN, "older-version-read", 10,
+	                "read failed: a newer version of the file was opened since",
+	                "ino=%llu key=\"%s\" version=\"%s\" newer=\"%s\"",
+	                (unsigned long long)f->ino, f->key, f->version, now);
+	return true;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -555,9 +576,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	int n = 0;
 	cis_errmsg em = {{0}};
-	int rc = fcl_read(c, f, (uint64_t)off, size, segs, nmax, &n, &em);
+	bool older = newer_version_open(c, f);
+	int rc = older ? -ESTALE : fcl_read(c, f, (uint64_t)off, size, segs, nmax, &n, &em);
 	if (rc) {
-		if (rc == -ESTALE)
+		if (rc == -ESTALE && !older)
 			forget_changed(c, ino, f);
 		fuse_reply_err(req, kernel_err(rc));
 	} else if (n == 0) {

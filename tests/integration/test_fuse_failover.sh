@@ -7,7 +7,9 @@
 #    the new size and content, and no read ever sees a mix of versions;
 #    without a sync, a read that finds the object changed fails (ESTALE) and
 #    the next open sees the new version (the master asks the store); a load
-#    that finds it changed fails that file and the next load takes it;
+#    that finds it changed fails that file and the next load takes it; a
+#    file still open on the old version puts no old bytes in the page cache
+#    a newer open reads;
 #  - a block file truncated under the client's cached short-circuit
 #    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
@@ -195,6 +197,31 @@ assert_contains "$out" "0 files failed" "second load of ns.bin"
 # More copies asked than there are live workers (c alone): said, not failed.
 out=$("${CLI[@]}" load /data/ns.bin --replicas 2 2>&1) || fail "load --replicas 2 failed: $out"
 assert_contains "$out" "note: 2 replicas asked, 1 live worker" "load --replicas 2 with one worker"
+
+# --- a file still open on the old version after a newer one was opened ------------------
+log "an open of the old version reads no old bytes into the new version's page cache"
+python3 -c "open('$SRC/ov.bin', 'wb').write(b'A' * (3 << 20))"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (ov.bin)"
+python3 - "$MNT/data/ov.bin" "$SRC/ov.bin" "${CLI[*]}" <<'PY' || fail "ov.bin: old bytes under a newer open"
+import os, subprocess, sys, time
+f, src, cli = sys.argv[1], sys.argv[2], sys.argv[3].split()
+h1 = os.open(f, os.O_RDONLY)
+assert os.pread(h1, 3 << 20, 0) == b'A' * (3 << 20), "first read"
+open('/proc/sys/vm/drop_caches', 'w').write('1\n')
+open(src + '.new', 'wb').write(b'B' * (4 << 20))
+os.rename(src + '.new', src)
+subprocess.run(cli + ['sync', '/data'], check=True, capture_output=True)
+time.sleep(1.5)  # past the attribute timeout: the next open asks the master
+h2 = os.open(f, os.O_RDONLY)
+assert os.fstat(h2).st_size == 4 << 20, "size at the new open"
+try:
+    d = os.pread(h1, 2 << 20, 1 << 20)
+    assert d == b'A' * (2 << 20), "the old open read neither its bytes nor ESTALE"
+except OSError as e:
+    assert e.errno == 116, e  # ESTALE
+d = os.pread(h2, 4 << 20, 0)
+assert d == b'B' * (4 << 20), "new open read %d bytes, %d of them old" % (len(d), d.count(b'A'))
+PY
 
 # --- a short-circuit block file that fails under the client ---------------------------
 log "a block file truncated under a cached short-circuit descriptor: failover, not a short read"
