@@ -350,8 +350,14 @@ static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return cis_fail(em, -errno, "socket: %s", strerror(errno));
+		/* A connect to a listener that stopped accepting blocks once its
+		 * backlog is full; the send timeout bounds it (the handshake sets
+		 * its own afterwards). */
+		struct timeval tv = {.tv_sec = c->connect_ms / 1000,
+		                     .tv_usec = (suseconds_t)(c->connect_ms % 1000) * 1000};
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			r = -errno;
+			r = errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
 			close(fd);
 			return cis_fail(em, r, "connect %s: %s", c->unix_path, strerror(-r));
 		}
