@@ -241,6 +241,13 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 	char cause[PATH_MAX + 32];
 	bool was;
 
+	if (wrk_short_of_resources(-err)) {
+		cis_log_limited(CIS_LOG_WARN, "worker:short-of-resources", 10,
+		                "cache dir operation failed for want of resources; the dir is fine",
+		                "path=%s op=%s err=\"%s\"", bs->dirs[dir].path, what,
+		                cis_strerror(err));
+		return;
+	}
 	pthread_mutex_lock(&bs->mu);
 	was = bs->dirs[dir].writable;
 	if (err == -ENOSPC || err == -EDQUOT) {
@@ -1099,10 +1106,15 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));
 		goto out_env;
 	}
-	if ((rc = mdb_txn_begin(bs->env, NULL, 0, &txn)) ||
-	    (rc = mdb_dbi_open(txn, "blocks", MDB_CREATE, &bs->dbi_blocks)) ||
-	    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &bs->dbi_meta)) ||
-	    (rc = mdb_txn_commit(txn))) {
+	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (!rc) {
+		if ((rc = mdb_dbi_open(txn, "blocks", MDB_CREATE, &bs->dbi_blocks)) ||
+		    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &bs->dbi_meta)))
+			mdb_txn_abort(txn);
+		else
+			rc = mdb_txn_commit(txn);
+	}
+	if (rc) {
 		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));
 		goto out_env;
 	}

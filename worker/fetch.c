@@ -494,6 +494,13 @@ again:
 			wrk_bs_release(w->bs, info.blk);
 			return;
 		}
+		if (fd < 0 && wrk_short_of_resources(errno)) {
+			int e = errno;
+			wrk_bs_release(w->bs, info.blk);
+			cis_rpc_reply_error(conn, hdr, -e, "cannot open the cached block now: %s",
+			                    strerror(e));
+			return;
+		}
 		/* Deleted or truncated behind our back, or of another length
 		 * than the reference's: drop it, fetch again. */
 		cis_log_limited(CIS_LOG_WARN, "worker:block-file-bad", 10,
@@ -1280,14 +1287,16 @@ static void run_job(wrk_fx *fx, job *j, char *stage)
 		break;
 	case J_VERIFY_READ:
 		rc = wrk_bs_verify(w->bs, j->ref.id);
-		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
+		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM &&
+		    !wrk_short_of_resources(-rc))
 			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
 		/* Now verified (a hit) or gone (a miss). */
 		wrk_fx_read(fx, j->conn, &j->hdr, &j->ref, j->off, j->end);
 		break;
 	case J_VERIFY_ENSURE:
 		rc = wrk_bs_verify(w->bs, j->ref.id);
-		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM)
+		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM &&
+		    !wrk_short_of_resources(-rc))
 			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
 		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->flags, j->done, j->arg))
 			j->done(j->arg, 0, 0, NULL);

@@ -90,6 +90,13 @@ static void open_reply(open_ctx *c)
 		return;
 	}
 	fd = open(info.path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && wrk_short_of_resources(errno)) {
+		rc = -errno;
+		wrk_bs_release(w->bs, info.blk);
+		cis_rpc_reply_error(c->conn, &c->hdr, rc, "cannot open the cached block now: %s",
+		                    cis_strerror(rc));
+		return;
+	}
 	if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != info.len) {
 		rc = fd < 0 ? -errno : -ESTALE;
 		if (fd >= 0)

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -185,6 +186,13 @@ int wrk_bs_verify(wrk_bs *bs, cis_block_id id);
 int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin);
 /* Note a local I/O failure on dir (ENOSPC, EROFS, EIO, ENOENT of the dir). */
 void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what);
+/* An errno that says the process is short of something (descriptors,
+ * memory), not that a file or a cache dir is bad: nothing is dropped or
+ * marked failed for it. */
+static inline bool wrk_short_of_resources(int e)
+{
+	return e == EMFILE || e == ENFILE || e == ENOMEM;
+}
 /* Re-probe unwritable dirs; called periodically. */
 void wrk_bs_probe_dirs(wrk_bs *bs);
 /* Every block id, for a full report. *ids is the caller's (free). */

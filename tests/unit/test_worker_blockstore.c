@@ -269,3 +269,24 @@ Test(worker_blockstore, second_worker_on_the_state_dir_refused)
 	cr_assert(strstr(em.text, "in use"), "%s", em.text);
 	wrk_bs_close(bs);
 }
+
+/* Running out of descriptors or memory says nothing about the cache dir:
+ * it stays writable (it used to be marked failed, and a block whose file
+ * could not be opened for want of descriptors was dropped); a read-only
+ * file system does mark it. */
+Test(worker_blockstore, short_of_descriptors_is_not_a_bad_dir)
+{
+	wrk_bs *bs = open_bs(1000);
+	Cis__DirUsage u = CIS__DIR_USAGE__INIT;
+
+	wrk_bs_dir_error(bs, 0, -EMFILE, "create");
+	wrk_bs_dir_error(bs, 0, -ENFILE, "create");
+	wrk_bs_dir_error(bs, 0, -ENOMEM, "create");
+	wrk_bs_dir_usage(bs, 0, &u);
+	cr_assert(u.writable, "marked failed for want of descriptors");
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	wrk_bs_dir_error(bs, 0, -EROFS, "create");
+	wrk_bs_dir_usage(bs, 0, &u);
+	cr_assert_not(u.writable, "a read-only file system leaves it writable");
+	wrk_bs_close(bs);
+}
