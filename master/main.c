@@ -21,6 +21,8 @@ static const cis_opt opts[] = {
     {"rpc-port", "N", "19600", "binary RPC port (clients, workers)", false, 0},
     {"http-port", "N", "19601", "HTTP admin API and /metrics port", false, 0},
     {"io-threads", "N", "8", "RPC I/O threads", false, 0},
+    {"rpc-threads", "N", "16",
+     "threads answering lookups, readdirs and opens (they may wait on a store listing)", false, 0},
     {"map-size", "SIZE", "64G", "LMDB map size (sparse)", false, 0},
     {"heartbeat-interval", "DURATION", "1s", "worker heartbeat interval", false, 0},
     {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
@@ -64,25 +66,11 @@ out_q:
 	cis_kvlist_free(&q);
 }
 
-void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
-                     struct evbuffer *data)
-{
-	mst_master *m = ctx;
-	mst_reply r;
-	(void)data; /* no master request carries raw data; the server drops it */
-	mst_rpc_dispatch(m, hdr->type, msg, hdr->msg_len, &r);
-	if (r.code)
-		cis_rpc_reply_error(conn, hdr, r.code, "%s", r.em.text);
-	else
-		cis_rpc_reply(conn, hdr, r.msg, 0);
-	mst_reply_clear(&r);
-}
-
 int main(int argc, char **argv)
 {
 	cis_config *cfg;
 	cis_errmsg em = {{0}};
-	int64_t rpc_port, http_port, io_threads, list_ahead;
+	int64_t rpc_port, http_port, io_threads, rpc_threads, list_ahead;
 	uint64_t map_size, hb_ms, lost_ms, repl_ms;
 	enum cis_log_level lvl;
 	/* Once, before any thread: the API's report asks workers over libcurl. */
@@ -100,6 +88,7 @@ int main(int argc, char **argv)
 	if (cis_config_int(cfg, "rpc-port", 0, 65535, &rpc_port, &em) ||
 	    cis_config_int(cfg, "http-port", 0, 65535, &http_port, &em) ||
 	    cis_config_int(cfg, "io-threads", 1, 256, &io_threads, &em) ||
+	    cis_config_int(cfg, "rpc-threads", 0, 1024, &rpc_threads, &em) ||
 	    cis_config_size(cfg, "map-size", &map_size, &em) ||
 	    cis_config_duration_ms(cfg, "heartbeat-interval", &hb_ms, &em) ||
 	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em) ||
@@ -151,6 +140,10 @@ int main(int argc, char **argv)
 		if (cis_http_route(http, api_paths[i][0], api_paths[i][1], http_api, m))
 			cis_die("http: cannot add route %s", api_paths[i][1]);
 
+	mst_rpcpool *pool;
+	rc = mst_rpcpool_new(m, (int)rpc_threads, &pool);
+	if (rc)
+		cis_die("rpc threads: %s", cis_strerror(rc));
 	cis_rpc_server *rpc;
 	cis_rpc_server_opts ro = {
 	    .bind_addr = cis_config_str(cfg, "bind"),
@@ -158,7 +151,7 @@ int main(int argc, char **argv)
 	    .io_threads = (int)io_threads,
 	    .name = "master",
 	    .handler = mst_rpc_handler,
-	    .ctx = m,
+	    .ctx = pool,
 	    .bad_frames = cis_metrics_counter(metrics, "cistern_master_rpc_bad_frames_total", NULL,
 	                                      "RPC connections dropped for a malformed frame"),
 	    .refused_conns = cis_metrics_counter(metrics, "cistern_master_rpc_refused_total", NULL,
@@ -179,6 +172,7 @@ int main(int argc, char **argv)
 	sigwait(&sigs, &sig);
 	cis_info("stopping", "signal=%d", sig);
 	cis_rpc_server_stop(rpc);
+	mst_rpcpool_free(pool);
 	cis_http_server_free(http);
 	mst_close(m);
 	cis_metrics_free(metrics);

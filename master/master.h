@@ -334,7 +334,13 @@ void mst_reply_clear(mst_reply *r);
 struct cis_rpc_conn;
 struct cis_frame_hdr;
 struct evbuffer;
-/* The cis_rpc_server handler: dispatch, then reply (error or message). */
+/* rpcpool.c: the cis_rpc_server handler (ctx: an mst_rpcpool): dispatch,
+ * then reply (error or message); lookups, readdirs and opens, which may
+ * wait on a store, on the pool's threads, the rest at once. */
+typedef struct mst_rpcpool mst_rpcpool;
+int mst_rpcpool_new(mst_master *m, int threads, mst_rpcpool **out);
+/* After the RPC server has stopped: requests still queued are dropped. */
+void mst_rpcpool_free(mst_rpcpool *p);
 void mst_rpc_handler(void *ctx, struct cis_rpc_conn *conn, const struct cis_frame_hdr *hdr,
                      const uint8_t *msg, struct evbuffer *data);
 

@@ -4,9 +4,10 @@
 # of files named through the master, 32 concurrent readers of a cold block
 # making one store GET, loads kept to their share of the fetch threads
 # while a read goes first, block reports (incremental, and full after a
-# master restart), a persisted worker id, a warm restart with no store
-# GETs on re-read, and a failing store (5xx) giving a clear error while
-# cached blocks keep being served.
+# master restart), a persisted worker id, a lookup waiting on a slow store
+# listing holding up no heartbeat, a warm restart with no store GETs on
+# re-read, and a failing store (5xx) giving a clear error while cached
+# blocks keep being served.
 source "$CIS_SRC/tests/integration/lib/common.sh"
 source "$CIS_SRC/tests/integration/lib/s3.sh"
 
@@ -243,6 +244,39 @@ log "the first 64 KiB came after $waited_ms ms"
 wcl /stall/s1 cat >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the stalled block differs"
 wcl /stall/s1 free 0 >/dev/null
+
+log "a lookup waiting on a slow store listing holds up no heartbeat"
+# One RPC I/O thread and a 3 s worker timeout: a lookup that lists a store
+# answering after 6 s, answered on that thread, would keep the worker's
+# heartbeats waiting past the timeout and the worker would be lost.
+kill -9 "$MPID"
+wait "$MPID" 2>/dev/null || true
+"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$M_RPC" \
+	--http-port "$M_HTTP" --heartbeat-interval 1s --worker-timeout 3s --io-threads 1 \
+	>>"$CIS_TMP/master.log" 2>&1 &
+MPID=$!
+cis_on_exit "kill -9 $MPID"
+wait_for 20 curl -fsS "http://127.0.0.1:$M_HTTP/healthz"
+wait_for 20 bash -c "curl -fsS http://127.0.0.1:$M_HTTP/api/v1/workers | grep -q '\"rpc_port\":$W_RPC'"
+late_port=$(free_port)
+node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$late_port" \
+	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 6000 --conn-mbps 0 --total-mbps 0 \
+	>"$CIS_TMP/late.log" 2>&1 &
+cis_on_exit "kill_pid $!"
+wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/late.log"
+s3put_file late/l1 "$CIS_TMP/src/a.bin"
+"$CLI" mount /late "s3://$CIS_S3_BUCKET/late" --option "endpoint=http://127.0.0.1:$late_port" \
+	--option "region=$CIS_S3_REGION" --option path_style=true \
+	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+	--block-size 1M >/dev/null || fail "mount /late"
+wcl /late/l1 id 0 >"$CIS_TMP/late.id" 2>&1 & # lists /late: 6 s in the master
+looker=$!
+sleep 5
+lost=$(curl -fsS "http://127.0.0.1:$M_HTTP/metrics" |
+	awk '$1 == "cistern_master_workers_lost_total" { print $2 }')
+assert_eq "$lost" 0 "workers lost while a lookup waited on the store"
+wait "$looker" || fail "the lookup through the slow store failed: $(cat "$CIS_TMP/late.id")"
+"$CLI" unmount /late >/dev/null || fail "unmount /late"
 
 log "master restart: the worker registers again and reports in full"
 kill -9 "$MPID"
