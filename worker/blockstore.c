@@ -84,6 +84,7 @@ struct wrk_bs {
 	MDB_env *env;
 	MDB_dbi dbi_blocks, dbi_meta;
 	int lock_fd;
+	uint64_t dead_seq; /* names of removed block files (victim.seq), under mu */
 };
 
 static size_t bucket_of(const wrk_bs *bs, cis_block_id id)
@@ -315,9 +316,15 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 
 /* ---- eviction ---- */
 
+/* A block out of the index whose file is still to be removed: moved to
+ * <dir>/.tmp/dead.<seq> while the index lock is held (seq 0: nothing to
+ * remove), unlinked after it is let go. Removing the file by its block
+ * path after the lock would race a fetch of the same block that renamed
+ * a new file there meanwhile, and delete it under a live index entry. */
 typedef struct victim {
 	cis_block_id id;
 	int dir;
+	uint64_t seq;
 } victim;
 
 /* Remove b from memory and the index (caller holds mu; refs == 0). The
@@ -337,16 +344,42 @@ static void do_forget(wrk_bs *bs, wrk_block *b)
 		wrk_link_note(bs->w->link, b->id, false);
 }
 
+static void dead_path(const wrk_bs *bs, const victim *v, char *p, size_t n)
+{
+	snprintf(p, n, "%s/.tmp/dead.%" PRIu64, bs->dirs[v->dir].path, v->seq);
+}
+
+static void cannot_remove(const char *p)
+{
+	cis_log_limited(CIS_LOG_WARN, "worker:unlink", 60, "cannot remove evicted block file",
+	                "path=%s err=\"%s\"", p, strerror(errno));
+}
+
+/* Move v's block file out of its block path. Caller holds mu. */
+static void bury(wrk_bs *bs, victim *v)
+{
+	char p[PATH_MAX], dead[PATH_MAX];
+
+	block_path(bs->dirs[v->dir].path, v->id, p, sizeof(p));
+	v->seq = ++bs->dead_seq;
+	dead_path(bs, v, dead, sizeof(dead));
+	if (rename(p, dead) == 0)
+		return;
+	v->seq = 0;
+	if (errno != ENOENT && unlink(p) < 0 && errno != ENOENT) /* .tmp gone: at once */
+		cannot_remove(p);
+}
+
 static void unlink_victims(wrk_bs *bs, victim *v, size_t n)
 {
 	char p[PATH_MAX];
 
 	for (size_t i = 0; i < n; i++) {
-		block_path(bs->dirs[v[i].dir].path, v[i].id, p, sizeof(p));
+		if (!v[i].seq)
+			continue;
+		dead_path(bs, &v[i], p, sizeof(p));
 		if (unlink(p) < 0 && errno != ENOENT)
-			cis_log_limited(CIS_LOG_WARN, "worker:unlink", 60,
-			                "cannot remove evicted block file", "path=%s err=\"%s\"", p,
-			                strerror(errno));
+			cannot_remove(p);
 	}
 }
 
@@ -380,10 +413,11 @@ static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim
 		}
 		(*v)[cnt].id = b->id;
 		(*v)[cnt].dir = i;
-		cnt++;
 		cis_counter_inc(bs->w->m.evictions);
 		cis_counter_add(bs->w->m.evicted_bytes, b->len);
 		do_forget(bs, b);
+		bury(bs, &(*v)[cnt]);
+		cnt++;
 		free(b);
 	}
 	return cnt;
@@ -639,6 +673,7 @@ int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
 	v.id = b->id;
 	v.dir = b->dir;
 	do_forget(bs, b);
+	bury(bs, &v);
 	busy = b->refs > 0;
 	if (busy)
 		b->doomed = true;
