@@ -102,8 +102,9 @@ struct fetch {
 	int prio;
 	bool running;
 	bool pin;
-	bool cold;  /* no reader waits: fill past the page cache */
-	bool alone; /* fetched by itself (a span it was in failed) */
+	bool committed_pinned; /* what the block was committed with (under mu) */
+	bool cold;             /* no reader waits: fill past the page cache */
+	bool alone;            /* fetched by itself (a span it was in failed) */
 	char *src_host;
 	uint16_t src_port;
 	job *queued; /* while in a queue */
@@ -614,6 +615,16 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 		done(arg, -ENOMEM, 0, NULL);
 		return false;
 	}
+	if (f->len != wrk_ref_len(ref)) {
+		/* As in wrk_fx_read: a fetch for a reference of another file
+		 * size (so another length) does not fill this one's block. */
+		pthread_mutex_unlock(&fx->mu);
+		free(wt);
+		cis_errmsg em = {{0}};
+		cis_fail(&em, -EAGAIN, "a fetch of this block for another file size is under way");
+		done(arg, -EAGAIN, 0, &em);
+		return false;
+	}
 	wt->next = f->waiters;
 	f->waiters = wt;
 	pthread_mutex_unlock(&fx->mu);
@@ -886,7 +897,12 @@ static void finish(wrk_fx *fx, fetch *f, int rc, bool local, const cis_errmsg *e
 	do_remove(fx, f);
 	list = f->waiters;
 	f->waiters = NULL;
+	/* A pin that joined after the block was committed (unpinned): no
+	 * later one can join now. */
+	bool pin_late = rc == 0 && f->pin && !f->committed_pinned;
 	pthread_mutex_unlock(&fx->mu);
+	if (pin_late)
+		(void)wrk_bs_pin(w->bs, f->ref.id, true);
 	if (f->fd >= 0)
 		close(f->fd);
 	if (f->dfd >= 0)
@@ -1008,9 +1024,10 @@ static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
 	/* Every streaming waiter gets its last bytes before the rename. */
 	pthread_mutex_lock(&fx->mu);
 	do_flush(fx, f, true);
+	f->committed_pinned = f->pin; /* f->pin changes under mu (a pin joining) */
 	pthread_mutex_unlock(&fx->mu);
 	rc = wrk_bs_commit(w->bs, f->dir, f->ref.id, f->len, cis_checksum_digest(f->cs), f->tmp,
-	                   f->pin);
+	                   f->committed_pinned);
 	if (rc < 0) {
 		cis_fail(em, rc, "cache commit: %s", cis_strerror(rc));
 		local = is_local_err(-rc);
