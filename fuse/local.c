@@ -397,6 +397,12 @@ static int ask_worker(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, len
 	int rc = cis_rpc_call(cl, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, NULL, 0, &res,
 	                      c->opts->worker_timeout_ms, em);
 	uint64_t took = cis_mono_ns() - t0;
+	if (rc == -ETIMEDOUT && req.wait)
+		/* The worker may be waiting on a slow store, not hung: read the
+		 * block from it as a stream (its first bytes as they come), and
+		 * take it for down only if that times out too. */
+		return cis_fail(em, -EAGAIN, "worker %s: the block's fetch took over %d ms",
+		                w->unix_path, c->opts->worker_timeout_ms);
 	if (rc)
 		return rc;
 	Cis__OpenLocalReply *rep = NULL;
