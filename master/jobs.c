@@ -35,8 +35,9 @@
 #include "cistern/time.h"
 #include "master.h"
 
-#define LOAD_BATCH    64
-#define LOAD_ATTEMPTS 5
+#define LOAD_BATCH         64
+#define LOAD_ATTEMPTS      5
+#define JOBS_KEPT_FINISHED 64 /* finished jobs kept in memory */
 /* Batches in flight per job unless the request says: enough to keep every
  * worker's fetch threads busy through the tail of a batch (a 2 GiB load
  * into 3 workers: 4 batches 0.40 of the store's limit, 16 batches
@@ -1052,6 +1053,27 @@ void mst_jobs_free(mst_jobs *js)
 	free(js);
 }
 
+/* Finished jobs past the newest JOBS_KEPT_FINISHED leave memory (their
+ * records stay in LMDB, where mst_job_json finds them), their threads
+ * joined: a master that runs a job a minute for months holds a few, not
+ * every one with its failures and its thread. Caller holds js->lock. */
+static void reap_finished(struct mst_jobs *js)
+{
+	size_t kept = 0;
+	for (struct job **pp = &js->list; *pp;) {
+		struct job *j = *pp;
+		if (j->state == JOB_RUNNING || ++kept <= JOBS_KEPT_FINISHED) {
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		if (j->thread)
+			pthread_join(j->th,
+			             NULL); /* it has ended or is ending: no lock to wait on */
+		job_free(j);
+	}
+}
+
 static int job_start(struct mst_jobs *js, struct job *j)
 {
 	if (!js->background)
@@ -1239,6 +1261,7 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&js->lock);
+	reap_finished(js);
 	job_save(j);
 	err = job_start(js, j);
 	if (err) {

@@ -689,3 +689,25 @@ Test(jobs, register_with_a_large_id_is_quick)
 	cr_assert_eq(next, (1ull << 40) + 1, "the next new worker's id: %llu",
 	             (unsigned long long)next);
 }
+
+/* Finished jobs past the newest few leave memory; their records are still
+ * what the API shows (from LMDB), and the list shows every job. */
+Test(jobs, finished_jobs_leave_memory_not_the_records)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t first = 0, id;
+	for (int i = 0; i < 80; i++) {
+		cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+		cr_assert_eq(mst_job_run(m, id), 0);
+		if (!first)
+			first = id;
+	}
+	json_t *j = mst_job_json(m, first, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files"), 3);
+	json_decref(j);
+	json_t *all = mst_jobs_json(m);
+	cr_assert_eq(json_array_size(all), 80);
+	json_decref(all);
+}
