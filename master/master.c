@@ -68,6 +68,7 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 out_jobs:
 	mst_repl_stop(m->repl);
 	mst_jobs_free(m->jobs);
+	mst_repl_free(m->repl);
 	mst_wconns_free(m->wconns);
 	mst_workers_free(m->workers);
 out_mounts:
@@ -86,7 +87,8 @@ void mst_close(mst_master *m)
 	if (!m)
 		return;
 	mst_repl_stop(m->repl);
-	mst_jobs_free(m->jobs);
+	mst_jobs_free(m->jobs); /* job threads kick the stopped repl on their way out */
+	mst_repl_free(m->repl);
 	/* After the jobs (their walks queue here), before what its threads
 	 * list into: the mounts and LMDB. */
 	mst_listahead_free(m->listahead);

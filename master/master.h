@@ -285,7 +285,10 @@ void mst_wconns_free(mst_wconns *c);
 int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
               int timeout_ms, cis_errmsg *em);
 int mst_repl_start(mst_master *m, uint64_t interval_ms, mst_repl **out);
+/* Stop the thread; the struct stays for mst_repl_kick (jobs finishing
+ * after it) until mst_repl_free. */
 void mst_repl_stop(mst_repl *r);
+void mst_repl_free(mst_repl *r);
 /* Ask for a full scan soon (a policy changed, a load ended). */
 void mst_repl_kick(mst_master *m);
 /* One full pass now (tests): copies and trims; counts what it did. */

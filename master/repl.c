@@ -441,10 +441,19 @@ void mst_repl_stop(mst_repl *r)
 	if (!r)
 		return;
 	pthread_mutex_lock(&r->lock);
+	bool joined = r->stop;
 	r->stop = true;
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
-	pthread_join(r->th, NULL);
+	if (!joined)
+		pthread_join(r->th, NULL);
+}
+
+void mst_repl_free(mst_repl *r)
+{
+	if (!r)
+		return;
+	mst_repl_stop(r);
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
 	free(r);

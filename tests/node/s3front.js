@@ -367,11 +367,24 @@ function main() {
   // these itself: a HEAD for the size and ETag, then If-Match (412
   // PreconditionFailed), an unsatisfiable range (416 InvalidRange), or a
   // GET of the range, cut to exactly the bytes asked for.
-  function upstreamRequest(method, path, headers) {
+  // A kept-alive upstream socket that s3rver closed as we reused it fails
+  // with ECONNRESET before any response: the request never reached it, so
+  // it is sent again (what Node's documentation advises, req.reusedSocket).
+  function staleSocket(r, err) {
+    return r.reusedSocket && err.code === 'ECONNRESET';
+  }
+
+  function upstreamRequest(method, path, headers, retried) {
     return new Promise((resolve, reject) => {
       const r = http.request({ host: upstream.host, port: upstream.port, method, path, headers, agent });
       r.on('response', resolve);
-      r.on('error', reject);
+      r.on('error', (err) => {
+        if (!retried && staleSocket(r, err)) {
+          upstreamRequest(method, path, headers, true).then(resolve, reject);
+          return;
+        }
+        reject(err);
+      });
       r.end();
     });
   }
@@ -555,7 +568,7 @@ function main() {
   }
 
   // Sends a verified request to s3rver and streams the answer back.
-  function forward(req, res, body, plain) {
+  function forward(req, res, body, plain, retried) {
     const headers = { ...req.headers };
     delete headers.authorization; // s3rver takes anonymous requests
     if (plain) {
@@ -582,6 +595,10 @@ function main() {
       ur.on('error', () => res.destroy());
     });
     up.on('error', (err) => {
+      if (!retried && !res.headersSent && staleSocket(up, err)) {
+        forward(req, res, body, plain, true);
+        return;
+      }
       stats.upstream_errors++;
       if (res.headersSent) {
         res.destroy();
