@@ -69,8 +69,8 @@ out_jobs:
 	mst_repl_stop(m->repl);
 	mst_jobs_free(m->jobs);
 	mst_repl_free(m->repl);
+	mst_workers_free(m->workers); /* its monitor aborts calls on wconns */
 	mst_wconns_free(m->wconns);
-	mst_workers_free(m->workers);
 out_mounts:
 	mst_mounts_free(m);
 out_store:
@@ -92,8 +92,8 @@ void mst_close(mst_master *m)
 	/* After the jobs (their walks queue here), before what its threads
 	 * list into: the mounts and LMDB. */
 	mst_listahead_free(m->listahead);
+	mst_workers_free(m->workers); /* its monitor aborts calls on wconns */
 	mst_wconns_free(m->wconns);
-	mst_workers_free(m->workers);
 	mst_mounts_free(m);
 	mst_store_close(m);
 	pthread_mutex_destroy(&m->policy_lock);

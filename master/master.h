@@ -281,6 +281,9 @@ uint64_t mst_file_blocks(mst_master *m, const mst_inode *f, uint64_t *block_size
 /* repl.c: RPC clients to workers, the replication manager. */
 int mst_wconns_new(mst_master *m, mst_wconns **out);
 void mst_wconns_free(mst_wconns *c);
+/* A worker was declared lost: calls in flight to it fail now (a load batch
+ * is placed again) instead of waiting out their timeouts. */
+void mst_wconns_abort(mst_master *m, uint64_t wid);
 /* One RPC to worker wid (a live worker). res as cis_rpc_call. */
 int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
               int timeout_ms, cis_errmsg *em);

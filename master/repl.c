@@ -65,6 +65,18 @@ void mst_wconns_free(mst_wconns *c)
 	free(c);
 }
 
+void mst_wconns_abort(mst_master *m, uint64_t wid)
+{
+	mst_wconns *c = m->wconns;
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n; i++)
+		if (c->c[i].id == wid)
+			cis_rpc_client_abort(c->c[i].cl);
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* The client for worker wid (the pool's: never freed before close). */
 static int client_for(mst_master *m, uint64_t wid, cis_rpc_client **out, cis_errmsg *em)
 {

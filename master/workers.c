@@ -235,12 +235,15 @@ static void remove_at(struct mst_workers *w, size_t i)
 size_t mst_workers_expire(mst_workers *w, uint64_t now_ms)
 {
 	size_t lost = 0;
+	uint64_t ids[64];
 	pthread_mutex_lock(&w->lock);
 	for (size_t i = 0; i < w->n;) {
 		if (now_ms > w->w[i].last_ms + w->lost_ms) {
 			cis_warn("worker lost", "id=%llu host=%s silent_ms=%llu",
 			         (unsigned long long)w->w[i].id, w->w[i].info->host,
 			         (unsigned long long)(now_ms - w->w[i].last_ms));
+			if (lost < sizeof(ids) / sizeof(ids[0]))
+				ids[lost] = w->w[i].id;
 			remove_at(w, i);
 			cis_counter_inc(w->c_lost);
 			lost++;
@@ -249,6 +252,8 @@ size_t mst_workers_expire(mst_workers *w, uint64_t now_ms)
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
+	for (size_t i = 0; i < lost && i < sizeof(ids) / sizeof(ids[0]); i++)
+		mst_wconns_abort(w->m, ids[i]);
 	return lost;
 }
 

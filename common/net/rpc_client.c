@@ -298,6 +298,14 @@ static void do_break(cis_rpc_client *c)
 	c->calls = NULL;
 }
 
+void cis_rpc_client_abort(cis_rpc_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->fd >= 0)
+		do_break(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
 static void *reader_main(void *arg)
 {
 	cis_rpc_client *c = arg;

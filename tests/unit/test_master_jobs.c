@@ -711,3 +711,61 @@ Test(jobs, finished_jobs_leave_memory_not_the_records)
 	cr_assert_eq(json_array_size(all), 80);
 	json_decref(all);
 }
+
+/* A worker that takes requests and never answers. */
+static void silent_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                          const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)conn;
+	(void)hdr;
+	(void)msg;
+	(void)data;
+}
+
+/* A load batch out at a worker that then goes silent fails as soon as the
+ * worker is declared lost (its files fail: no other worker), not when the
+ * call's 300 s timeout runs out. */
+Test(jobs, load_batches_at_a_lost_worker_fail_at_once)
+{
+	cis_errmsg em = {{0}};
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 500,
+	                   .metrics = metrics};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "silent", .handler = silent_worker};
+	cis_rpc_server *srv;
+	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	ProtobufCMessage *rep;
+	wi.host = "127.0.0.1";
+	wi.rpc_port = cis_rpc_server_port(srv);
+	wi.unix_socket = "";
+	wi.hostname = "silent";
+	wi.capacity = 1 << 20;
+	rq.worker = &wi;
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	json_t *j = NULL;
+	for (int i = 0; i < 300; i++) { /* 30 s; the old way took 300 */
+		json_decref(j);
+		j = mst_job_json(m, id, 10);
+		if (strcmp(str(j, "state"), "running"))
+			break;
+		cis_sleep_ms(100);
+	}
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 3, "each file failed: no live worker");
+	json_decref(j);
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+}

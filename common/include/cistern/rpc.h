@@ -123,6 +123,10 @@ typedef struct cis_rpc_result {
 /* Does not connect; the first call does. *out is the caller's. */
 int cis_rpc_client_new(const cis_rpc_client_opts *opts, cis_rpc_client **out);
 void cis_rpc_client_free(cis_rpc_client *c);
+/* Fail every call in flight with -CIS_E_CLOSED and drop the connection
+ * (the next call connects again): for a server known to be gone, whose
+ * callers would otherwise wait out their timeouts. */
+void cis_rpc_client_abort(cis_rpc_client *c);
 
 /* Send a request and wait for its (single-frame) reply. timeout_ms 0 means
  * the client's default. An error reply returns its code (em gets its
