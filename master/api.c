@@ -27,19 +27,33 @@ static int fail_msg(json_t **out, int status, const char *msg)
 	return status;
 }
 
+json_t *mst_json_text(const char *s)
+{
+	json_t *v = json_string(s);
+	if (v)
+		return v;
+	char *t = strdup(s);
+	for (char *c = t; c && *c; c++)
+		if ((unsigned char)*c >= 0x80)
+			*c = '?';
+	v = t ? json_string(t) : NULL;
+	free(t);
+	return v;
+}
+
 static json_t *inode_json(const mst_inode *i, const char *path)
 {
 	bool link = i->type == MST_LINK;
-	json_t *j = json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:s, s:b}",
+	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:s, s:I, s:o, s:b}",
 	                      "inode", (json_int_t)i->id, "parent", (json_int_t)i->parent, "name",
-	                      i->name, "path", path, "type",
+	                      mst_json_text(i->name), "path", mst_json_text(path), "type",
 	                      i->type == MST_DIR ? "dir"
 	                      : link             ? "link"
 	                                         : "file",
 	                      "size", (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns,
 	                      "mode", (json_int_t)i->mode, "version", i->version, "mount_id",
-	                      (json_int_t)i->mount_id, "key", link ? "" : i->key, "mount_point",
-	                      i->mount_point);
+	                      (json_int_t)i->mount_id, "key", mst_json_text(link ? "" : i->key),
+	                      "mount_point", i->mount_point);
 	/* A text that is not UTF-8 cannot be a JSON string: null, the entry kept. */
 	json_t *target = link ? json_string(i->link_target) : NULL;
 	if (j && link &&

@@ -164,6 +164,52 @@ static void counts_from(struct counts *c, json_t *o)
 }
 
 /* Caller holds js->lock. */
+/* A path into a record: as text when it is UTF-8 (JSON strings must be),
+ * else in hex under key_hex (a file:// store's names may be any bytes). */
+static void set_path(json_t *o, const char *key, const char *path)
+{
+	json_t *v = json_string(path);
+	char hk[32];
+	snprintf(hk, sizeof(hk), "%s_hex", key);
+	if (v) {
+		json_object_set_new(o, key, v);
+		return;
+	}
+	size_t n = strlen(path);
+	char *hex = malloc(2 * n + 1);
+	if (!hex)
+		return;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)path[i]);
+	json_object_set_new(o, hk, json_string(hex));
+	free(hex);
+}
+
+/* The path set_path stored, malloc'd, or NULL. */
+static char *get_path(json_t *o, const char *key)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+	if (v)
+		return strdup(v);
+	char hk[32];
+	snprintf(hk, sizeof(hk), "%s_hex", key);
+	const char *hex = json_string_value(json_object_get(o, hk));
+	size_t n = hex ? strlen(hex) : 0;
+	char *p = hex && n % 2 == 0 ? malloc(n / 2 + 1) : NULL;
+	if (!p)
+		return NULL;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned b;
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1 || b == 0) {
+			free(p);
+			return NULL;
+		}
+		p[i] = (char)b;
+	}
+	p[n / 2] = 0;
+	return p;
+}
+
 static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 {
 	json_t *o = json_pack(
@@ -176,7 +222,7 @@ static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 	    counts_json(&j->c), "listing_done", j->listing_done, "failures_total",
 	    (json_int_t)j->failures_total, "expired", j->expired);
 	if (j->cursor)
-		json_object_set_new(o, "cursor", json_string(j->cursor));
+		set_path(o, "cursor", j->cursor);
 	if (j->error[0])
 		json_object_set_new(o, "error", json_string(j->error));
 	json_t *f = json_array();
@@ -221,9 +267,8 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->expired = json_is_true(json_object_get(o, "expired"));
 	j->created_ns = json_integer_value(json_object_get(o, "created_ns"));
 	j->finished_ns = json_integer_value(json_object_get(o, "finished_ns"));
-	const char *cur = json_string_value(json_object_get(o, "cursor"));
-	j->cursor = cur ? strdup(cur) : NULL;
-	j->resume_after = cur ? strdup(cur) : NULL;
+	j->cursor = get_path(o, "cursor");
+	j->resume_after = j->cursor ? strdup(j->cursor) : NULL;
 	counts_from(&j->c, json_object_get(o, "counts"));
 	j->failures_total = (uint64_t)json_integer_value(json_object_get(o, "failures_total"));
 	j->failures = json_array();
@@ -296,9 +341,12 @@ static void job_save(struct job *j)
 static void add_failure(struct job *j, const char *path, const char *msg)
 {
 	j->failures_total++;
-	if (json_array_size(j->failures) < FAILURES_KEPT)
-		json_array_append_new(j->failures,
-		                      json_pack("{s:s, s:s}", "path", path, "error", msg));
+	if (json_array_size(j->failures) >= FAILURES_KEPT)
+		return;
+	json_t *f = json_object();
+	set_path(f, "path", path);
+	json_object_set_new(f, "error", mst_json_text(msg));
+	json_array_append_new(j->failures, f);
 }
 
 static void frec_free(struct frec *f)

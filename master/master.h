@@ -355,6 +355,9 @@ void mst_rpc_handler(void *ctx, struct cis_rpc_conn *conn, const struct cis_fram
  * reply body (caller's); returns the HTTP status. */
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out);
+/* s as a JSON string; one that is not UTF-8 (a file:// store's names may be
+ * any bytes, and JSON strings may not) with its bytes over 0x7f as '?'. */
+json_t *mst_json_text(const char *s);
 /* The query parameter names mst_api_handle reads. */
 extern const char *const mst_api_query_names[];
 

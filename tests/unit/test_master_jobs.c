@@ -769,3 +769,36 @@ Test(jobs, load_batches_at_a_lost_worker_fail_at_once)
 	cis_rpc_server_stop(srv);
 	open_master();
 }
+
+/* A name that is not UTF-8 (a file:// store may hold any bytes) keeps its
+ * place in the job's record: the cursor and the failure's path in hex, so a
+ * resumed job skips what it did (the cursor used to be dropped: the walk
+ * started over and counted those files twice). */
+Test(jobs, names_not_utf8_keep_the_cursor_and_the_failures)
+{
+	cis_errmsg em = {{0}};
+	put_file(store, "\xff\xfe.bin", "ab");
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	mst_close(m);
+	open_master();
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_eq(count(j, "files_failed"), 4);
+	cr_assert_str_eq(str(j, "cursor_hex"), "2f6d2ffffe2e62696e", "%s", str(j, "cursor_hex"));
+	json_t *f = json_object_get(j, "failures");
+	cr_assert_eq(json_array_size(f), 4, "every failure kept");
+	cr_assert_str_eq(str(json_array_get(f, 3), "path_hex"), "2f6d2ffffe2e62696e");
+	json_decref(j);
+	/* ls shows the entry (it used to leave it out), its odd bytes as '?' */
+	cis_kvlist q = CIS_KVLIST_INIT;
+	cis_kvlist_set(&q, "path", "/m");
+	json_t *o = NULL;
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/ls", &q, NULL, &o), 200);
+	cis_kvlist_free(&q);
+	json_t *ents = json_object_get(o, "entries");
+	cr_assert_eq(json_array_size(ents), 4);
+	cr_assert_str_eq(str(json_array_get(ents, 3), "name"), "??.bin");
+	json_decref(o);
+}
