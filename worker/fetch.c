@@ -1290,6 +1290,27 @@ static void run_direct(wrk_fx *fx, job *j)
 
 /* ---- threads ---- */
 
+/* Verify a cached block for a reader, unless another reader's verify got
+ * there first (readers of one block after a restart queue one each). A
+ * block that fails, or whose file cannot be read, is dropped (wrk_bs_verify
+ * drops it for a mismatch or a missing file), unless the process is only
+ * short of descriptors or memory: then the block stays and the error is
+ * the reader's. */
+static int verify_once(wrk *w, cis_block_id id)
+{
+	wrk_blk_info info;
+	if (wrk_bs_acquire(w->bs, id, false, &info) == 0) {
+		bool done = info.verified;
+		wrk_bs_release(w->bs, info.blk);
+		if (done)
+			return 0;
+	}
+	int rc = wrk_bs_verify(w->bs, id);
+	if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM && !wrk_short_of_resources(-rc))
+		wrk_bs_drop(w->bs, id, cis_strerror(rc));
+	return rc;
+}
+
 static void run_job(wrk_fx *fx, job *j, char *stage)
 {
 	wrk *w = fx->w;
@@ -1303,18 +1324,25 @@ static void run_job(wrk_fx *fx, job *j, char *stage)
 		run_direct(fx, j);
 		break;
 	case J_VERIFY_READ:
-		rc = wrk_bs_verify(w->bs, j->ref.id);
-		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM &&
-		    !wrk_short_of_resources(-rc))
-			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
+		rc = verify_once(w, j->ref.id);
+		if (wrk_short_of_resources(-rc)) {
+			cis_rpc_reply_error(j->conn, &j->hdr, rc,
+			                    "cannot verify the cached block now: %s",
+			                    cis_strerror(rc));
+			break;
+		}
 		/* Now verified (a hit) or gone (a miss). */
 		wrk_fx_read(fx, j->conn, &j->hdr, &j->ref, j->off, j->end);
 		break;
 	case J_VERIFY_ENSURE:
-		rc = wrk_bs_verify(w->bs, j->ref.id);
-		if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM &&
-		    !wrk_short_of_resources(-rc))
-			wrk_bs_drop(w->bs, j->ref.id, cis_strerror(rc));
+		rc = verify_once(w, j->ref.id);
+		if (wrk_short_of_resources(-rc)) {
+			cis_errmsg em = {{0}};
+			cis_fail(&em, rc, "cannot verify the cached block now: %s",
+			         cis_strerror(rc));
+			j->done(j->arg, rc, 0, &em);
+			break;
+		}
 		if (wrk_fx_ensure(fx, &j->ref, j->prio, NULL, j->flags, j->done, j->arg))
 			j->done(j->arg, 0, 0, NULL);
 		break;
