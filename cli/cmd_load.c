@@ -92,7 +92,15 @@ static void print_failures(const json_t *j)
 	size_t i;
 	json_t *f;
 	json_array_foreach(json_object_get(j, "failures"), i, f)
-	    fprintf(stderr, "failed: %s: %s\n", cli_jstr(f, "path"), cli_jstr(f, "error"));
+	{
+		/* a path that is not UTF-8 comes in hex */
+		const char *p = cli_jstr(f, "path");
+		if (!p[0] && cli_jstr(f, "path_hex")[0])
+			fprintf(stderr, "failed: (hex) %s: %s\n", cli_jstr(f, "path_hex"),
+			        cli_jstr(f, "error"));
+		else
+			fprintf(stderr, "failed: %s: %s\n", p, cli_jstr(f, "error"));
+	}
 	long long total = cli_jint(j, "failures_total"),
 	          shown = (long long)json_array_size(json_object_get(j, "failures"));
 	if (total > shown)

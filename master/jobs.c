@@ -212,19 +212,22 @@ static char *get_path(json_t *o, const char *key)
 
 static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 {
-	json_t *o = json_pack(
-	    "{s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:I, s:I, s:o, s:b, s:I, s:b}",
-	    "id", (json_int_t)j->id, "type", j->type, "path", j->path, "state",
-	    state_names[j->state], "replicas", (json_int_t)j->replicas, "parallel",
-	    (json_int_t)j->parallel, "bandwidth", (json_int_t)j->bandwidth, "verify", j->verify,
-	    "metadata_only", j->metadata_only, "pin", j->pin, "created_ns",
-	    (json_int_t)j->created_ns, "finished_ns", (json_int_t)j->finished_ns, "counts",
-	    counts_json(&j->c), "listing_done", j->listing_done, "failures_total",
-	    (json_int_t)j->failures_total, "expired", j->expired);
+	json_t *o =
+	    json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:I, s:I, s:o, s:b, s:I, s:b}",
+	              "id", (json_int_t)j->id, "type", j->type, "state", state_names[j->state],
+	              "replicas", (json_int_t)j->replicas, "parallel", (json_int_t)j->parallel,
+	              "bandwidth", (json_int_t)j->bandwidth, "verify", j->verify, "metadata_only",
+	              j->metadata_only, "pin", j->pin, "created_ns", (json_int_t)j->created_ns,
+	              "finished_ns", (json_int_t)j->finished_ns, "counts", counts_json(&j->c),
+	              "listing_done", j->listing_done, "failures_total",
+	              (json_int_t)j->failures_total, "expired", j->expired);
+	if (!o)
+		return NULL;
+	set_path(o, "path", j->path);
 	if (j->cursor)
 		set_path(o, "cursor", j->cursor);
 	if (j->error[0])
-		json_object_set_new(o, "error", json_string(j->error));
+		json_object_set_new(o, "error", mst_json_text(j->error));
 	json_t *f = json_array();
 	for (size_t i = 0; i < json_array_size(j->failures) && i < max_failures; i++)
 		json_array_append(f, json_array_get(j->failures, i));
@@ -253,7 +256,7 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->id = (uint64_t)json_integer_value(json_object_get(o, "id"));
 	snprintf(j->type, sizeof(j->type), "%s",
 	         json_string_value(json_object_get(o, "type")) ?: "");
-	j->path = strdup(json_string_value(json_object_get(o, "path")) ?: "/");
+	j->path = get_path(o, "path");
 	const char *st = json_string_value(json_object_get(o, "state")) ?: "";
 	for (int i = 0; i < 4; i++)
 		if (!strcmp(st, state_names[i]))
@@ -328,6 +331,10 @@ static void job_save(struct job *j)
 	if (j->shutdown)
 		return; /* the saved record must still say "running" */
 	json_t *rec = job_record(j, FAILURES_KEPT, false);
+	/* Cancelled, its thread still winding down: a master stopped now must
+	 * not resume it. */
+	if (rec && j->cancel && j->state == JOB_RUNNING)
+		json_object_set_new(rec, "state", json_string(state_names[JOB_CANCELLED]));
 	int err = rec ? record_put(j->js->m, j->id, rec) : -ENOMEM;
 	json_decref(rec);
 	if (err)
@@ -1465,12 +1472,9 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 			} else {
 				j->cancel = true;
 				pthread_cond_broadcast(&j->cond);
-				/* Recorded as cancelled now, while its thread winds
-				 * down: a master stopped meanwhile must not resume it. */
-				int state = j->thread ? j->state : JOB_CANCELLED;
-				j->state = JOB_CANCELLED;
-				job_save(j);
-				j->state = state;
+				if (!j->thread)
+					j->state = JOB_CANCELLED;
+				job_save(j); /* as cancelled, even while its thread winds down */
 				em->text[0] = 0;
 				err = 0;
 			}
@@ -1495,11 +1499,12 @@ static bool load_live(mst_master *m, json_t *o, int64_t now_ns)
 	       (pol.ttl_s <= 0 || fin + pol.ttl_s * 1000000000LL > now_ns);
 }
 
-enum newer_load { NEWER_NONE, NEWER_COVERS, NEWER_INSIDE };
+enum newer_load { NEWER_NONE, NEWER_COVERS, NEWER_WAIT };
 
-/* A load newer than old whose blocks are still wanted: one of old's path
- * or above it (its own expiry frees old's blocks too), or one inside it
- * (old's free would take them: it waits). */
+/* A load newer than old whose blocks are still wanted: a finished one of
+ * old's path or above it (its own expiry frees old's blocks too), or one
+ * still running, or one inside old's path (old's free would take its
+ * blocks: it waits). */
 static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, int64_t now_ns)
 {
 	json_int_t id = json_integer_value(json_object_get(old, "id"));
@@ -1514,10 +1519,12 @@ static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, int64
 		if (json_integer_value(json_object_get(o, "id")) <= id || !type ||
 		    strcmp(type, "load") || !p || !load_live(m, o, now_ns))
 			continue;
-		if (path_within(p, path))
+		bool running =
+		    !strcmp(json_string_value(json_object_get(o, "state")) ?: "", "running");
+		if (path_within(p, path) && !running)
 			return NEWER_COVERS;
-		if (path_within(path, p))
-			r = NEWER_INSIDE;
+		if (path_within(p, path) || path_within(path, p))
+			r = NEWER_WAIT; /* a running one may yet fail or be cancelled */
 	}
 	return r;
 }
@@ -1542,8 +1549,8 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 		    fin + pol.ttl_s * 1000000000LL > now_ns)
 			continue;
 		enum newer_load newer = newer_load(m, all, o, now_ns);
-		if (newer == NEWER_INSIDE)
-			continue; /* freed once that one expires */
+		if (newer == NEWER_WAIT)
+			continue; /* decided once that one ends or expires */
 		uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
 		/* mark first: a crash between the two leaves blocks cached, never
 		 * frees twice */

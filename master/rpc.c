@@ -1,13 +1,13 @@
 /* The master's binary RPC handlers (master.proto). mst_rpc_dispatch does all
  * the work without a socket, so tests and the fuzzer call it directly; the
- * RPC server's handler (mst_rpc_handler, in main.c) just forwards.
- * Handlers that need a store listing block their I/O thread for it (the
- * server runs several); see master.h. */
+ * RPC server's handler (mst_rpc_handler, rpcpool.c) forwards, answering
+ * the requests that may wait on a store listing from its own threads. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cistern/frame.h"
+#include "cistern/log.h"
 #include "cistern/msgtype.h"
 #include "cistern/proto/master.pb-c.h"
 #include "master.h"
@@ -118,8 +118,19 @@ static int h_open(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)
 	const Cis__OpenRequest *q = (const Cis__OpenRequest *)msg;
 	mst_inode ino;
 	int err = 0;
-	if (q->stale_version && q->stale_version[0])
+	if (q->stale_version && q->stale_version[0]) {
 		err = mst_ns_refresh_file(m, q->inode, q->stale_version, &out->em);
+		if (err && err != -ENOENT) {
+			/* The store did not answer: open what we have (its read
+			 * fails again, and the open after it asks again). */
+			cis_log_limited(CIS_LOG_WARN, "master:refresh", 10,
+			                "asking the store for a changed file failed",
+			                "inode=%llu err=\"%s\"", (unsigned long long)q->inode,
+			                cis_errmsg_or(&out->em, err));
+			out->em.text[0] = 0;
+			err = 0;
+		}
+	}
 	if (!err)
 		err = mst_ns_getattr(m, q->inode, &ino, &out->em);
 	if (err)

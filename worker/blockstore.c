@@ -366,7 +366,8 @@ static void bury(wrk_bs *bs, victim *v)
 	if (rename(p, dead) == 0)
 		return;
 	v->seq = 0;
-	if (errno != ENOENT && unlink(p) < 0 && errno != ENOENT) /* .tmp gone: at once */
+	/* Gone already, or .tmp is (a dir emptied behind us): at once. */
+	if (unlink(p) < 0 && errno != ENOENT)
 		cannot_remove(p);
 }
 

@@ -495,7 +495,7 @@ again:
 			wrk_bs_release(w->bs, info.blk);
 			return;
 		}
-		if (fd < 0 && wrk_short_of_resources(errno)) {
+		if (fd < 0 && info.len == blen && wrk_short_of_resources(errno)) {
 			int e = errno;
 			wrk_bs_release(w->bs, info.blk);
 			cis_rpc_reply_error(conn, hdr, -e, "cannot open the cached block now: %s",

@@ -437,32 +437,46 @@ Test(jobs, ttl_frees_after_the_load)
 	json_decref(all);
 }
 
-/* An older load's TTL does not free what a newer load of the same path (or
- * one inside it) brings in: the same path's blocks go with the newer
- * load's expiry, a load inside the path holds the free until it expires. */
+/* An older load's TTL does not free what a newer load brings in: one still
+ * running (inside the path or over it) makes the free wait, one that ended
+ * cancelled does not, and a finished one over the path takes the blocks
+ * over (the older load expires without a free; the newer one's expiry
+ * frees them). TTL 1 s. */
+static bool expired(uint64_t id)
+{
+	json_t *j = mst_job_json(m, id, 0);
+	bool e = json_is_true(json_object_get(j, "expired"));
+	json_decref(j);
+	return e;
+}
+
 Test(jobs, ttl_of_an_older_load_spares_a_newer_one)
 {
 	cis_errmsg em = {{0}};
-	uint64_t id1, id2, id3, started;
-	int64_t s = 1000000000LL;
-	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	uint64_t id1, id2, id3, id4, started;
+	int64_t ms = 1000000LL;
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 1, false, &em), 0);
 	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
 	mst_job_req in = {.type = "load", .path = "/m/sub", .metadata_only = true};
 	cr_assert_eq(mst_job_submit(m, &r, &id1, &em), 0);
 	cr_assert_eq(mst_job_run(m, id1), 0);
 	cr_assert_eq(mst_job_submit(m, &in, &id2, &em), 0); /* running until run below */
-	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 2000 * ms, &started), 0);
 	cr_assert_eq(started, 0, "a running load inside the path holds the older one's free");
-	cr_assert_eq(mst_job_run(m, id2), 0);
 	cr_assert_eq(mst_job_submit(m, &r, &id3, &em), 0); /* /m again, running */
-	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
-	cr_assert_eq(started, 0, "/m is being loaded again");
-	json_t *j = mst_job_json(m, id1, 0);
-	cr_assert(json_is_true(json_object_get(j, "expired")), "covered: expired without a free");
-	json_decref(j);
-	cr_assert_eq(mst_job_run(m, id3), 0);
-	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11 * s, &started), 0);
-	cr_assert_eq(started, 1, "the newest load's expiry frees /m: %llu",
+	cr_assert_eq(mst_job_cancel(m, id3, &em), 0, "%s", em.text);
+	cis_sleep_ms(1100); /* id1 is due from now on */
+	cr_assert_eq(mst_job_run(m, id2), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 500 * ms, &started), 0);
+	cr_assert_eq(started, 0, "the load inside ended with its TTL to run, id3 was cancelled");
+	cr_assert_not(expired(id1));
+	cr_assert_eq(mst_job_submit(m, &r, &id4, &em), 0);
+	cr_assert_eq(mst_job_run(m, id4), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 500 * ms, &started), 0);
+	cr_assert_eq(started, 0, "/m was loaded again: taken over");
+	cr_assert(expired(id1), "taken over: expired without a free");
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 2000 * ms, &started), 0);
+	cr_assert_eq(started, 2, "then /m/sub's and /m's newest loads expire: %llu",
 	             (unsigned long long)started);
 }
 
@@ -616,32 +630,69 @@ Test(jobs, walk_goes_on_when_a_listed_file_leaves)
 	cr_assert_eq(v.n, 200, "each file visited once: %d", v.n);
 }
 
-/* A job cancelled while a batch is still out at a worker, with the master
- * stopped before the batch comes back, stays cancelled after the restart
- * (it used to be saved as running, and resumed). */
-static void slow_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
-                        struct evbuffer *data)
+/* A job cancelled while batches are still out at a worker, with the
+ * master stopped before the last comes back, stays cancelled after the
+ * restart: the record said running (and the job resumed) when the master
+ * stopped first, or when a batch that came back in between got the record
+ * saved again. The worker answers the batch holding a.txt after 1.5 s, the
+ * others after 6 s. */
+struct late_reply {
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	int ms;
+};
+
+static void *reply_late(void *arg)
+{
+	struct late_reply *l = arg;
+	cis_sleep_ms(l->ms);
+	cis_rpc_reply_error(l->conn, &l->hdr, -EIO, "late and failing");
+	cis_rpc_conn_unref(l->conn);
+	free(l);
+	return NULL;
+}
+
+static void two_speed_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                             const uint8_t *msg, struct evbuffer *data)
 {
 	(void)ctx;
-	(void)msg;
 	(void)data;
-	if (hdr->type == CIS_MSG_WORKER_LOAD)
-		cis_sleep_ms(1000);
-	cis_rpc_reply_error(conn, hdr, -EIO, "slow and failing");
+	if (hdr->type != CIS_MSG_WORKER_LOAD) {
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
+	bool first = false;
+	for (size_t i = 0; q && i < q->n_blocks; i++)
+		first |= strstr(q->blocks[i]->key, "a.txt") != NULL;
+	if (q)
+		cis__load_request__free_unpacked(q, NULL);
+	struct late_reply *l = malloc(sizeof(*l));
+	cr_assert(l);
+	*l = (struct late_reply){conn, *hdr, first ? 1500 : 6000};
+	cis_rpc_conn_ref(conn);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, reply_late, l), 0);
+	pthread_detach(t);
 }
 
 Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
 {
 	cis_errmsg em = {{0}};
+	for (int i = 0; i < 100; i++) { /* more batches than the first */
+		char n[32];
+		snprintf(n, sizeof(n), "f%03d", i);
+		put_file(store, n, "x");
+	}
 	mst_close(m);
 	mst_open_opts o = {.data_dir = data,
 	                   .map_size = 1ull << 30,
 	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 5000,
+	                   .lost_timeout_ms = 50000,
 	                   .metrics = metrics};
 	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
 	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "slow", .handler = slow_worker};
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "late", .handler = two_speed_worker};
 	cis_rpc_server *srv;
 	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
 	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
@@ -650,7 +701,7 @@ Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
 	wi.host = "127.0.0.1";
 	wi.rpc_port = cis_rpc_server_port(srv);
 	wi.unix_socket = "";
-	wi.hostname = "slow";
+	wi.hostname = "late";
 	wi.capacity = 1 << 20;
 	rq.worker = &wi;
 	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
@@ -658,8 +709,9 @@ Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
 	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cis_sleep_ms(300); /* its batch is at the worker */
+	cis_sleep_ms(300); /* its batches are at the worker */
 	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	cis_sleep_ms(3000); /* the first batch came back (and was saved), the others not */
 	mst_close(m);
 	cis_rpc_server_stop(srv);
 	open_master();
