@@ -190,6 +190,9 @@ int mst_ns_readdir(mst_master *m, uint64_t dir, uint64_t cookie, size_t max, mst
 /* List the directory from the store now (force) or if stale. Directories
  * the listing shows for the first time are queued for listing ahead. */
 int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em);
+/* Whether a lookup or readdir in dir_id would list it from its store first
+ * (never listed, or older than its mount's sync interval). */
+bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id);
 /* The same for a directory queued for listing ahead, depth levels below
  * the listing a client asked for. */
 int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);
@@ -336,6 +339,10 @@ typedef struct mst_reply {
 	cis_errmsg em;
 } mst_reply;
 void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out);
+/* Whether answering this request may wait on a store: a lookup or readdir
+ * in a directory due for a listing, an open that asks the store about a
+ * changed file. A malformed one does not (its error is quick). */
+bool mst_rpc_may_wait(mst_master *m, uint16_t type, const uint8_t *msg, size_t len);
 void mst_reply_clear(mst_reply *r);
 struct cis_rpc_conn;
 struct cis_frame_hdr;

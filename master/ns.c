@@ -465,6 +465,19 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 	return rc;
 }
 
+bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id)
+{
+	mst_inode *dir = malloc(sizeof(*dir));
+	bool needs = false;
+	if (dir && mst_ns_getattr(m, dir_id, dir, NULL) == 0 && dir->type == MST_DIR &&
+	    dir->mount_id != 0) {
+		mst_mount *mt = mst_mount_find(m, dir->mount_id);
+		needs = mt && is_stale(dir, mt, cis_wall_ns());
+	}
+	free(dir);
+	return needs;
+}
+
 int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em)
 {
 	return ensure_listed(m, dir, force, 0, em);

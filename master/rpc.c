@@ -212,6 +212,26 @@ static const struct route {
     {CIS_MSG_MASTER_BLOCK_REPORT, &cis__block_report_request__descriptor, h_report},
 };
 
+bool mst_rpc_may_wait(mst_master *m, uint16_t type, const uint8_t *msg, size_t len)
+{
+	ProtobufCMessage *req = NULL;
+	bool wait = false;
+	if (type == CIS_MSG_MASTER_LOOKUP &&
+	    cis_msg_unpack(&cis__lookup_request__descriptor, msg, len, &req) == 0)
+		wait = mst_ns_needs_listing(m, ((Cis__LookupRequest *)req)->parent);
+	else if (type == CIS_MSG_MASTER_READDIR &&
+	         cis_msg_unpack(&cis__read_dir_request__descriptor, msg, len, &req) == 0)
+		wait = mst_ns_needs_listing(m, ((Cis__ReadDirRequest *)req)->inode);
+	else if (type == CIS_MSG_MASTER_OPEN &&
+	         cis_msg_unpack(&cis__open_request__descriptor, msg, len, &req) == 0) {
+		const char *v = ((Cis__OpenRequest *)req)->stale_version;
+		wait = v && v[0];
+	}
+	if (req)
+		protobuf_c_message_free_unpacked(req, NULL);
+	return wait;
+}
+
 void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out)
 {
 	const struct route *rt = NULL;

@@ -6,19 +6,20 @@
  * directory from its store first (a million-object prefix: a thousand
  * pages, many seconds) or ask the store for an object: done on the I/O
  * thread, every connection it serves would wait that long, the workers'
- * heartbeats among them, until the master declared them lost. So those
- * three go to this pool's threads, which reply when done (replies are
- * thread-safe and matched by request id); heartbeats, registrations, block
- * reports and the other quick requests are answered at once. With the
- * queue full, a request is answered on the I/O thread: the client waits,
- * and the connection reads no more meanwhile. */
+ * heartbeats among them, until the master declared them lost. So a request
+ * that may wait on a store (mst_rpc_may_wait: a lookup or readdir in a
+ * directory due for a listing, an open that asks the store) goes to this
+ * pool's threads, which reply when done (replies are thread-safe and
+ * matched by request id); everything else, most lookups included, is
+ * answered at once, without the hand-over's latency. With the queue full,
+ * a request is answered on the I/O thread: the client waits, and the
+ * connection reads no more meanwhile. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cistern/frame.h"
-#include "cistern/msgtype.h"
 #include "cistern/rpc.h"
 #include "master.h"
 
@@ -120,20 +121,12 @@ void mst_rpcpool_free(mst_rpcpool *p)
 	free(p);
 }
 
-/* Requests that may list a directory from its store or ask it for an
- * object before they can be answered. */
-static bool may_wait_on_a_store(uint16_t type)
-{
-	return type == CIS_MSG_MASTER_LOOKUP || type == CIS_MSG_MASTER_READDIR ||
-	       type == CIS_MSG_MASTER_OPEN;
-}
-
 void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
                      struct evbuffer *data)
 {
 	mst_rpcpool *p = ctx;
 	(void)data; /* no master request carries raw data; the server drops it */
-	if (p->nthreads > 0 && may_wait_on_a_store(hdr->type)) {
+	if (p->nthreads > 0 && mst_rpc_may_wait(p->m, hdr->type, msg, hdr->msg_len)) {
 		pool_item *it = malloc(sizeof(*it) + hdr->msg_len);
 		pthread_mutex_lock(&p->mu);
 		bool queued = it && !p->stop && p->n < POOL_QUEUE_MAX;

@@ -516,33 +516,31 @@ int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size
 	return fd;
 }
 
+/* Rename tmp_path to block path p (making its subdirectory if need be). */
+static int put_in_place(const char *tmp_path, const char *p)
+{
+	if (rename(tmp_path, p) == 0)
+		return 0;
+	int rc = -errno;
+	if (rc == -ENOENT) {
+		char sub[PATH_MAX];
+
+		snprintf(sub, sizeof(sub), "%.*s", (int)(strrchr(p, '/') - p), p);
+		if (mkdir(sub, 0755) == 0 || errno == EEXIST)
+			rc = rename(tmp_path, p) < 0 ? -errno : 0;
+	}
+	return rc;
+}
+
 int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
                   const char *tmp_path, bool pin)
 {
 	char p[PATH_MAX];
-	wrk_block *b, *old;
+	wrk_block *b = calloc(1, sizeof(*b));
 	int rc;
 
-	block_path(bs->dirs[dir].path, id, p, sizeof(p));
-	if (rename(tmp_path, p) < 0) {
-		rc = -errno;
-		if (rc == -ENOENT) {
-			char sub[PATH_MAX];
-
-			snprintf(sub, sizeof(sub), "%.*s", (int)(strrchr(p, '/') - p), p);
-			if (mkdir(sub, 0755) == 0 || errno == EEXIST)
-				rc = rename(tmp_path, p) < 0 ? -errno : 0;
-		}
-		if (rc < 0) {
-			wrk_bs_dir_error(bs, dir, rc, "rename");
-			unlink(tmp_path);
-			wrk_bs_unreserve(bs, dir, len);
-			return rc;
-		}
-	}
-	b = calloc(1, sizeof(*b));
 	if (!b) {
-		unlink(p);
+		unlink(tmp_path);
 		wrk_bs_unreserve(bs, dir, len);
 		return -ENOMEM;
 	}
@@ -553,25 +551,29 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	b->atime_s = now_s();
 	b->verified = true;
 	b->pinned = pin;
+	block_path(bs->dirs[dir].path, id, p, sizeof(p));
+	/* The rename and the index entry go together under mu: an eviction
+	 * or drop of the same id moves its file away under mu too (bury), so
+	 * neither can take the other's file. */
 	pthread_mutex_lock(&bs->mu);
 	bs->dirs[dir].reserved -= len;
-	old = do_find(bs, id);
-	if (old) {
+	if (do_find(bs, id)) {
 		/* Raced with another copy (replicate and read at once): keep the
 		 * indexed one, give back this space. */
 		bs->dirs[dir].used -= len;
 		pthread_mutex_unlock(&bs->mu);
-		{
-			char op[PATH_MAX];
-
-			/* Our rename replaced the indexed file when both are in
-			 * one dir: same bytes (same id), nothing to remove. */
-			block_path(bs->dirs[old->dir].path, id, op, sizeof(op));
-			if (strcmp(op, p) != 0)
-				unlink(p);
-		}
+		unlink(tmp_path);
 		free(b);
 		return 0;
+	}
+	rc = put_in_place(tmp_path, p);
+	if (rc < 0) {
+		bs->dirs[dir].used -= len;
+		pthread_mutex_unlock(&bs->mu);
+		wrk_bs_dir_error(bs, dir, rc, "rename");
+		unlink(tmp_path);
+		free(b);
+		return rc;
 	}
 	do_insert(bs, b);
 	wrk_slru_insert(&bs->dirs[dir].lru, &b->lru, len);

@@ -388,6 +388,47 @@ Test(master, open_after_a_changed_read_asks_the_store)
 	cr_assert_eq(a2.type, MST_DIR);
 }
 
+/* Which requests the RPC server hands to the threads that may wait on a
+ * store: a lookup or readdir in a directory due for a listing, an open
+ * asking about a changed file; not the same once listed, nor junk. */
+static bool may_wait(uint16_t type, const ProtobufCMessage *req)
+{
+	size_t len = protobuf_c_message_get_packed_size(req);
+	uint8_t *buf = malloc(len + 1);
+	protobuf_c_message_pack(req, buf);
+	bool w = mst_rpc_may_wait(m, type, buf, len);
+	free(buf);
+	return w;
+}
+
+Test(master, requests_that_may_wait_on_a_store)
+{
+	cis_errmsg em = {{0}};
+	mst_inode d, a;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data", &d, &em), 0);
+	Cis__LookupRequest lq = CIS__LOOKUP_REQUEST__INIT;
+	lq.parent = d.id;
+	lq.name = "a.txt";
+	Cis__ReadDirRequest rq = CIS__READ_DIR_REQUEST__INIT;
+	rq.inode = d.id;
+	cr_assert(may_wait(CIS_MSG_MASTER_LOOKUP, &lq.base), "never listed");
+	cr_assert(may_wait(CIS_MSG_MASTER_READDIR, &rq.base), "never listed");
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &a, &em), 0); /* lists /data */
+	cr_assert_not(may_wait(CIS_MSG_MASTER_LOOKUP, &lq.base), "listed (sync interval 0)");
+	cr_assert_not(may_wait(CIS_MSG_MASTER_READDIR, &rq.base));
+	Cis__OpenRequest oq = CIS__OPEN_REQUEST__INIT;
+	oq.inode = a.id;
+	cr_assert_not(may_wait(CIS_MSG_MASTER_OPEN, &oq.base));
+	oq.stale_version = a.version;
+	cr_assert(may_wait(CIS_MSG_MASTER_OPEN, &oq.base));
+	Cis__GetAttrRequest gq = CIS__GET_ATTR_REQUEST__INIT;
+	gq.inode = d.id;
+	cr_assert_not(may_wait(CIS_MSG_MASTER_GETATTR, &gq.base));
+	const uint8_t junk[] = {0xff, 0xff, 0xff, 0x01};
+	cr_assert_not(mst_rpc_may_wait(m, CIS_MSG_MASTER_LOOKUP, junk, sizeof(junk)));
+}
+
 /* A file:// store's links are inodes of their own: typed, with the text,
  * kept across a restart, a changed text (or a link become a file) is a new
  * inode; GETATTR carries the text, OPEN refuses a link. */
