@@ -53,6 +53,13 @@
 
 #define DEFAULT_MAX_CONNS 4096
 #define PROTOCOL_VERSION  1
+/* A connection stops being read while this much output waits to be sent,
+ * or this many of its requests wait for a reply: a client that pipelines
+ * requests and reads no replies holds the server's memory and (file
+ * replies) descriptors to this, not without end. Reading resumes once the
+ * output has drained. */
+#define OUT_HIGH      (64u << 20)
+#define INFLIGHT_HIGH 1024
 
 struct io_thread;
 
@@ -79,7 +86,8 @@ struct cis_rpc_conn {
 	int fd;
 	bool local;
 	bool hello_done;
-	bool closing; /* close once output is flushed */
+	bool closing;   /* close once output is flushed */
+	bool throttled; /* not read until its output drains (OUT_HIGH) */
 	int uid;
 	_Atomic int inflight; /* requests handed to the handler, not yet answered */
 	char peer[64];
@@ -558,6 +566,15 @@ static bool handle_frame(cis_rpc_conn *c, struct evbuffer *in, const cis_frame_h
 	return go_on && c->open;
 }
 
+/* Whether c has more output or unanswered requests than it may. */
+static bool over_limits(cis_rpc_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool over = c->open && evbuffer_get_length(bufferevent_get_output(c->bev)) > OUT_HIGH;
+	pthread_mutex_unlock(&c->lock);
+	return over || atomic_load(&c->inflight) >= INFLIGHT_HIGH;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
 	cis_rpc_conn *c = arg;
@@ -572,6 +589,11 @@ static void read_cb(struct bufferevent *bev, void *arg)
 
 		if (have < CIS_FRAME_HDR_LEN)
 			break;
+		if (over_limits(c)) {
+			c->throttled = true; /* write_cb reads on */
+			bufferevent_disable(bev, EV_READ);
+			break;
+		}
 		evbuffer_copyout(in, hb, sizeof(hb));
 		r = cis_frame_hdr_decode(hb, sizeof(hb), &h);
 		if (r) {
@@ -601,8 +623,15 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	if (c->open && c->held)
 		do_drain_held(c);
 	pthread_mutex_unlock(&c->lock);
-	if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+	if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
 		conn_close(c);
+		return;
+	}
+	if (c->throttled && c->open && !c->closing && !over_limits(c)) {
+		c->throttled = false;
+		bufferevent_enable(bev, EV_READ);
+		read_cb(bev, c); /* the frames that came meanwhile */
+	}
 }
 
 static void wr_ready_cb(evutil_socket_t fd, short what, void *arg)
@@ -618,7 +647,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 
 	if ((what & BEV_EVENT_TIMEOUT) && !c->closing && atomic_load(&c->inflight) > 0) {
 		/* Not idle: the peer waits for our reply. */
-		bufferevent_enable(bev, EV_READ);
+		if (!c->throttled)
+			bufferevent_enable(bev, EV_READ);
 		return;
 	}
 	conn_close(c);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@ static char sock_path[64];
 static char file_path[64];
 static uint8_t *file_bytes;
 static int file_fd = -1;
+
+static atomic_int file_calls; /* T_FILE requests handled */
 
 static uint64_t nonce_of(const cis_frame_hdr *h, const uint8_t *msg)
 {
@@ -95,6 +98,7 @@ static void handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *h, const
 		}
 		break;
 	case T_FILE:
+		atomic_fetch_add(&file_calls, 1);
 		cr_assert_eq(
 		    cis_rpc_reply_file(conn, h, &p.base, file_fd, 1000, FILE_LEN - 2000, 0), 0);
 		break;
@@ -610,4 +614,56 @@ Test(rpc, stale_unix_socket_replaced_live_one_refused)
 	cr_assert_eq(cis_rpc_server_start(&o, &s2, &em), 0, "%s", em.text);
 	cis_rpc_server_stop(s2);
 	cr_assert_neq(access(stale, F_OK), 0, "socket file left behind");
+}
+
+/* Read one whole frame from fd (header, message, data). */
+static void read_frame(int fd, cis_frame_hdr *h)
+{
+	uint8_t hb[CIS_FRAME_HDR_LEN], buf[65536];
+	size_t got = 0;
+	while (got < sizeof(hb)) {
+		ssize_t n = read(fd, hb + got, sizeof(hb) - got);
+		cr_assert_gt(n, 0, "connection closed or timed out in a header");
+		got += (size_t)n;
+	}
+	cr_assert_eq(cis_frame_hdr_decode(hb, sizeof(hb), h), 0);
+	size_t left = (size_t)h->msg_len + h->data_len;
+	while (left) {
+		ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
+		cr_assert_gt(n, 0, "connection closed or timed out in a body");
+		left -= (size_t)n;
+	}
+}
+
+/* A client that pipelines requests for large replies and reads none holds
+ * at most OUT_HIGH (64 MiB) of the server's output: the server stops
+ * reading its requests, and goes on once the client reads the replies. */
+Test(rpc, a_client_that_reads_no_replies_is_not_read_either)
+{
+	int fd = raw_conn();
+	Cis__Hello hello = CIS__HELLO__INIT;
+	uint8_t *msg;
+	size_t len;
+	cis_frame_hdr h;
+	const int n = 100; /* replies of 3 MiB each: 300 MiB if all were queued */
+
+	hello.protocol_version = 1;
+	hello.client_name = "greedy";
+	cr_assert_eq(cis_msg_pack(&hello.base, &msg, &len), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)len, 0);
+	cr_assert_eq(write(fd, msg, len), (ssize_t)len);
+	free(msg);
+	read_frame(fd, &h);
+	atomic_store(&file_calls, 0);
+	for (int i = 0; i < n; i++)
+		send_hdr(fd, T_FILE, 0, 0);
+	cis_sleep_ms(1000);
+	int handled = atomic_load(&file_calls);
+	cr_assert_lt(handled, 40, "%d of %d requests handled with no reply read", handled, n);
+	for (int i = 0; i < n; i++) {
+		read_frame(fd, &h);
+		cr_assert_eq(h.data_len, FILE_LEN - 2000);
+	}
+	cr_assert_eq(atomic_load(&file_calls), n);
+	close(fd);
 }
