@@ -134,7 +134,8 @@ void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 			it->next = NULL;
 			it->conn = conn;
 			it->hdr = *hdr;
-			memcpy(it->msg, msg, hdr->msg_len);
+			if (hdr->msg_len) /* msg is NULL for an empty message */
+				memcpy(it->msg, msg, hdr->msg_len);
 			cis_rpc_conn_ref(conn);
 			if (p->tail)
 				p->tail->next = it;
