@@ -1,4 +1,5 @@
-/* libFuzzer: the master's RPC dispatcher. The first two bytes pick the
+/* libFuzzer: the master's RPC dispatcher (and mst_rpc_may_wait, which reads
+ * each request first to choose its thread). The first two bytes pick the
  * message type (folded into the master's range and a little beyond), the
  * rest is the message. A file:// mount gives lookups something to list. */
 #include <stdint.h>
@@ -48,6 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 2)
 		return 0;
 	uint16_t type = (uint16_t)(95 + ((data[0] << 8 | data[1]) % 20));
+	(void)mst_rpc_may_wait(m, type, data + 2, size - 2); /* the RPC pool's pre-read */
 	mst_rpc_dispatch(m, type, data + 2, size - 2, &r);
 	mst_reply_clear(&r);
 	return 0;
