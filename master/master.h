@@ -193,6 +193,7 @@ int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_er
 /* Whether a lookup or readdir in dir_id would list it from its store first
  * (never listed, or older than its mount's sync interval). */
 bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id);
+#define MST_LISTING_DUE_EARLY_NS (2 * 1000000000LL) /* needs_listing's margin */
 /* The same for a directory queued for listing ahead, depth levels below
  * the listing a client asked for. */
 int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);

@@ -472,7 +472,10 @@ bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id)
 	if (dir && mst_ns_getattr(m, dir_id, dir, NULL) == 0 && dir->type == MST_DIR &&
 	    dir->mount_id != 0) {
 		mst_mount *mt = mst_mount_find(m, dir->mount_id);
-		needs = mt && is_stale(dir, mt, cis_wall_ns());
+		/* A little early: the request is answered a moment later, and a
+		 * listing that falls due in between must not run on the caller's
+		 * I/O thread. */
+		needs = mt && is_stale(dir, mt, cis_wall_ns() + MST_LISTING_DUE_EARLY_NS);
 	}
 	free(dir);
 	return needs;

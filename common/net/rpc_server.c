@@ -60,6 +60,7 @@
  * output has drained. */
 #define OUT_HIGH      (64u << 20)
 #define INFLIGHT_HIGH 1024
+#define HELD_HIGH     64 /* frames waiting behind one that passes an fd */
 
 struct io_thread;
 
@@ -79,6 +80,8 @@ struct cis_rpc_conn {
 	bool open;
 	struct bufferevent *bev;
 	struct held *held, **held_tail;
+	size_t nheld;        /* frames in held */
+	bool broken;         /* passing an fd failed: close (write_cb) */
 	struct event *wr_ev; /* EV_WRITE, when a held sendmsg hit EAGAIN */
 	/* Below: I/O thread only. */
 	struct io_thread *t;
@@ -86,8 +89,8 @@ struct cis_rpc_conn {
 	int fd;
 	bool local;
 	bool hello_done;
-	bool closing;   /* close once output is flushed */
-	bool throttled; /* not read until its output drains (OUT_HIGH) */
+	bool closing;           /* close once output is flushed */
+	_Atomic bool throttled; /* not read until its output drains (over_limits) */
 	int uid;
 	_Atomic int inflight; /* requests handed to the handler, not yet answered */
 	char peer[64];
@@ -243,7 +246,11 @@ static void do_drain_held(cis_rpc_conn *c)
 				return;
 			}
 			if (n < 0) {
-				shutdown(c->fd, SHUT_RDWR); /* the read side sees it and closes */
+				/* The peer is gone: write_cb closes the connection (its
+				 * reading may be stopped, so EOF would not). */
+				shutdown(c->fd, SHUT_RDWR);
+				c->broken = true;
+				event_active(c->wr_ev, EV_WRITE, 0);
 				return;
 			}
 			/* The fd went with the first byte; the rest is ordinary. */
@@ -253,6 +260,7 @@ static void do_drain_held(cis_rpc_conn *c)
 		}
 		do_append(c, h);
 		c->held = h->next;
+		c->nheld--;
 		if (!c->held)
 			c->held_tail = &c->held;
 		held_free(h);
@@ -276,10 +284,16 @@ static int conn_send(cis_rpc_conn *c, struct held *h, uint8_t flags)
 	} else {
 		*c->held_tail = h;
 		c->held_tail = &h->next;
+		c->nheld++;
 		do_drain_held(c);
 	}
 	if (!(flags & CIS_FRAME_MORE))
 		atomic_fetch_sub(&c->inflight, 1);
+	/* A connection not read for its limits reads on from write_cb, which
+	 * a reply passing an fd straight out (sendmsg, no output buffered) or
+	 * one only lowering the requests in flight would not bring about. */
+	if (atomic_load(&c->throttled))
+		event_active(c->wr_ev, EV_WRITE, 0);
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
 	return r;
@@ -443,6 +457,7 @@ static void conn_close(cis_rpc_conn *c)
 	h = c->held;
 	c->held = NULL;
 	c->held_tail = &c->held;
+	c->nheld = 0;
 	pthread_mutex_unlock(&c->lock);
 	for (; h; h = hn) {
 		hn = h->next;
@@ -570,7 +585,8 @@ static bool handle_frame(cis_rpc_conn *c, struct evbuffer *in, const cis_frame_h
 static bool over_limits(cis_rpc_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
-	bool over = c->open && evbuffer_get_length(bufferevent_get_output(c->bev)) > OUT_HIGH;
+	bool over = c->open && (evbuffer_get_length(bufferevent_get_output(c->bev)) > OUT_HIGH ||
+	                        c->nheld > HELD_HIGH);
 	pthread_mutex_unlock(&c->lock);
 	return over || atomic_load(&c->inflight) >= INFLIGHT_HIGH;
 }
@@ -590,7 +606,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 		if (have < CIS_FRAME_HDR_LEN)
 			break;
 		if (over_limits(c)) {
-			c->throttled = true; /* write_cb reads on */
+			atomic_store(&c->throttled, true); /* write_cb reads on */
 			bufferevent_disable(bev, EV_READ);
 			break;
 		}
@@ -620,15 +636,16 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	cis_rpc_conn *c = arg;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->open && c->held)
+	if (c->open && c->held && !c->broken)
 		do_drain_held(c);
+	bool broken = c->broken;
 	pthread_mutex_unlock(&c->lock);
-	if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+	if (broken || (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)) {
 		conn_close(c);
 		return;
 	}
-	if (c->throttled && c->open && !c->closing && !over_limits(c)) {
-		c->throttled = false;
+	if (atomic_load(&c->throttled) && c->open && !c->closing && !over_limits(c)) {
+		atomic_store(&c->throttled, false);
 		bufferevent_enable(bev, EV_READ);
 		read_cb(bev, c); /* the frames that came meanwhile */
 	}
@@ -647,7 +664,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 
 	if ((what & BEV_EVENT_TIMEOUT) && !c->closing && atomic_load(&c->inflight) > 0) {
 		/* Not idle: the peer waits for our reply. */
-		if (!c->throttled)
+		if (!atomic_load(&c->throttled))
 			bufferevent_enable(bev, EV_READ);
 		return;
 	}

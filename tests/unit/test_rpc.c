@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ enum {
 	T_ERROR,
 	T_NOREPLY,
 	T_LATER,
-	T_SLOW, /* like T_LATER, after 600 ms */
+	T_SLOW,   /* like T_LATER, after 600 ms */
+	T_FDLIST, /* queued on fd_list; fd_replier answers with the file's fd */
 };
 
 #define FILE_LEN (3u << 20)
@@ -39,6 +41,14 @@ static uint8_t *file_bytes;
 static int file_fd = -1;
 
 static atomic_int file_calls; /* T_FILE requests handled */
+
+/* T_FDLIST requests waiting for fd_replier. */
+static struct fd_req {
+	struct fd_req *next;
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+} * fd_list;
+static pthread_mutex_t fd_list_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t nonce_of(const cis_frame_hdr *h, const uint8_t *msg)
 {
@@ -115,6 +125,18 @@ static void handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *h, const
 		break;
 	case T_NOREPLY:
 		break;
+	case T_FDLIST: {
+		struct fd_req *r = malloc(sizeof(*r));
+		cr_assert(r);
+		r->conn = conn;
+		r->hdr = *h;
+		cis_rpc_conn_ref(conn);
+		pthread_mutex_lock(&fd_list_lock);
+		r->next = fd_list;
+		fd_list = r;
+		pthread_mutex_unlock(&fd_list_lock);
+		break;
+	}
 	case T_LATER:
 	case T_SLOW: {
 		struct later *l = malloc(sizeof(*l));
@@ -665,5 +687,115 @@ Test(rpc, a_client_that_reads_no_replies_is_not_read_either)
 		cr_assert_eq(h.data_len, FILE_LEN - 2000);
 	}
 	cr_assert_eq(atomic_load(&file_calls), n);
+	close(fd);
+}
+
+/* Connect to the Unix socket and say hello; a 5 s receive timeout. */
+static int raw_unix_hello(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct timeval tv = {5, 0};
+	Cis__Hello hello = CIS__HELLO__INIT;
+	uint8_t *msg;
+	size_t len;
+	cis_frame_hdr h;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	hello.protocol_version = 1;
+	hello.client_name = "raw";
+	cr_assert_eq(cis_msg_pack(&hello.base, &msg, &len), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)len, 0);
+	cr_assert_eq(write(fd, msg, len), (ssize_t)len);
+	free(msg);
+	read_frame(fd, &h);
+	return fd;
+}
+
+/* Every 200 ms, answers the T_FDLIST requests queued with the file's fd,
+ * one every 0.2 ms, until want are answered. */
+static void *fd_replier(void *arg)
+{
+	int want = *(int *)arg, done = 0;
+	Cis__Ping p = CIS__PING__INIT;
+
+	while (done < want) {
+		cis_sleep_ms(200);
+		pthread_mutex_lock(&fd_list_lock);
+		struct fd_req *r = fd_list;
+		fd_list = NULL;
+		pthread_mutex_unlock(&fd_list_lock);
+		while (r) {
+			struct fd_req *next = r->next;
+			cis_rpc_reply_fd(r->conn, &r->hdr, &p.base, file_fd);
+			cis_rpc_conn_unref(r->conn);
+			free(r);
+			r = next;
+			done++;
+			usleep(200); /* the reader keeps up: each reply goes straight out */
+		}
+	}
+	return NULL;
+}
+
+/* More requests in flight than a connection may have (1,024) whose
+ * replies pass fds: the server stops reading, and reads on as the replies
+ * go out (a reply passing an fd straight out used to leave it unread for
+ * good). */
+Test(rpc, fd_replies_let_a_throttled_connection_read_on)
+{
+	int fd = raw_unix_hello(), n = 1100;
+	pthread_t t;
+	cis_frame_hdr h;
+	uint8_t buf[256];
+
+	cr_assert_eq(pthread_create(&t, NULL, fd_replier, &n), 0);
+	for (int i = 0; i < n; i++)
+		send_hdr(fd, T_FDLIST, 0, 0);
+	for (int i = 0; i < n; i++) {
+		struct iovec iov = {buf, CIS_FRAME_HDR_LEN};
+		char cbuf[CMSG_SPACE(sizeof(int))];
+		struct msghdr mh = {.msg_iov = &iov,
+		                    .msg_iovlen = 1,
+		                    .msg_control = cbuf,
+		                    .msg_controllen = sizeof(cbuf)};
+		ssize_t k = recvmsg(fd, &mh, MSG_WAITALL);
+		cr_assert_eq(k, CIS_FRAME_HDR_LEN, "stalled after %d of %d replies", i, n);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		if (cm && cm->cmsg_type == SCM_RIGHTS) {
+			int got;
+			memcpy(&got, CMSG_DATA(cm), sizeof(got));
+			close(got);
+		}
+		cr_assert_eq(cis_frame_hdr_decode(buf, CIS_FRAME_HDR_LEN, &h), 0);
+		for (size_t left = (size_t)h.msg_len + h.data_len; left;) {
+			ssize_t r = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
+			cr_assert_gt(r, 0);
+			left -= (size_t)r;
+		}
+	}
+	pthread_join(t, NULL);
+	close(fd);
+}
+
+/* Replies held behind one that passes an fd (it waits for the output to
+ * drain) count against the connection's limits too: 100 large replies
+ * queued behind it used to be taken in and held, all of them. */
+Test(rpc, replies_held_behind_an_fd_count_too)
+{
+	int fd = raw_unix_hello();
+
+	signal(SIGPIPE, SIG_IGN); /* the server writes on after our close */
+
+	atomic_store(&file_calls, 0);
+	send_hdr(fd, T_FILE, 0, 0);
+	send_hdr(fd, T_FD, 0, 0);
+	for (int i = 0; i < 100; i++)
+		send_hdr(fd, T_FILE, 0, 0);
+	cis_sleep_ms(1000);
+	int handled = atomic_load(&file_calls);
+	cr_assert_lt(handled, 80, "%d of 101 file requests taken in with no reply read", handled);
 	close(fd);
 }
