@@ -78,22 +78,55 @@ static void teardown(void)
 
 TestSuite(jobs, .init = setup, .fini = teardown, .timeout = 60);
 
-/* A worker at an address where nothing listens. */
-static uint64_t fake_worker(uint64_t capacity)
+/* Register a worker at 127.0.0.1:port (asking for id, 0: a new one); its id. */
+static uint64_t register_worker(uint16_t port, uint64_t capacity, uint64_t id)
 {
 	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
 	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
 	ProtobufCMessage *rep;
 	wi.host = "127.0.0.1";
-	wi.rpc_port = 1; /* nothing listens on port 1 */
+	wi.rpc_port = port;
 	wi.unix_socket = "";
-	wi.hostname = "nowhere";
+	wi.hostname = "fake";
 	wi.capacity = capacity;
+	wi.id = id;
 	rq.worker = &wi;
 	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
-	uint64_t id = ((Cis__RegisterWorkerReply *)rep)->worker_id;
+	uint64_t got = ((Cis__RegisterWorkerReply *)rep)->worker_id;
 	protobuf_c_message_free_unpacked(rep, NULL);
-	return id;
+	return got;
+}
+
+/* A worker at an address where nothing listens (port 1). */
+static uint64_t fake_worker(uint64_t capacity)
+{
+	return register_worker(1, capacity, 0);
+}
+
+/* A worker that answers with handler, registered; the caller stops it. */
+static cis_rpc_server *serve_worker(cis_rpc_handler_fn handler)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = handler};
+	cis_rpc_server *srv;
+	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
+	register_worker(cis_rpc_server_port(srv), 1 << 20, 0);
+	return srv;
+}
+
+/* The master again, with its background threads (jobs run by themselves,
+ * workers silent for lost_ms are lost). */
+static void reopen_with_threads(uint64_t lost_ms)
+{
+	cis_errmsg em = {{0}};
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = lost_ms,
+	                   .metrics = metrics};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
 }
 
 static json_int_t count(json_t *job, const char *k)
@@ -552,21 +585,7 @@ static void pin_job(const char *path, bool pin)
 Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
 {
 	cis_errmsg em = {{0}};
-	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = recording_worker};
-	cis_rpc_server *srv;
-	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	ProtobufCMessage *rep;
-	wi.host = "127.0.0.1";
-	wi.rpc_port = cis_rpc_server_port(srv);
-	wi.unix_socket = "";
-	wi.hostname = "fake";
-	wi.capacity = 1 << 20;
-	rq.worker = &wi;
-	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
-	protobuf_c_message_free_unpacked(rep, NULL);
+	cis_rpc_server *srv = serve_worker(recording_worker);
 
 	json_t *j;
 	/* a.txt, b.txt, sub/c.bin: one block each */
@@ -687,28 +706,8 @@ Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
 		snprintf(n, sizeof(n), "f%03d", i);
 		put_file(store, n, "x");
 	}
-	mst_close(m);
-	mst_open_opts o = {.data_dir = data,
-	                   .map_size = 1ull << 30,
-	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 50000,
-	                   .metrics = metrics};
-	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
-	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "late", .handler = two_speed_worker};
-	cis_rpc_server *srv;
-	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	ProtobufCMessage *rep;
-	wi.host = "127.0.0.1";
-	wi.rpc_port = cis_rpc_server_port(srv);
-	wi.unix_socket = "";
-	wi.hostname = "late";
-	wi.capacity = 1 << 20;
-	rq.worker = &wi;
-	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
-	protobuf_c_message_free_unpacked(rep, NULL);
+	reopen_with_threads(50000);
+	cis_rpc_server *srv = serve_worker(two_speed_worker);
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
 	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
@@ -728,18 +727,8 @@ Test(jobs, cancelled_job_stays_cancelled_across_a_restart)
  * this one). */
 Test(jobs, register_with_a_large_id_is_quick)
 {
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	ProtobufCMessage *rep;
-	wi.host = "127.0.0.1";
-	wi.rpc_port = 1;
-	wi.unix_socket = "";
-	wi.hostname = "far";
-	wi.id = 1ull << 40;
-	rq.worker = &wi;
-	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0); /* the suite's timeout */
-	cr_assert_eq(((Cis__RegisterWorkerReply *)rep)->worker_id, 1ull << 40);
-	protobuf_c_message_free_unpacked(rep, NULL);
+	cr_assert_eq(register_worker(1, 1, 1ull << 40),
+	             1ull << 40); /* within the suite's timeout */
 	uint64_t next = fake_worker(1);
 	cr_assert_eq(next, (1ull << 40) + 1, "the next new worker's id: %llu",
 	             (unsigned long long)next);
@@ -784,28 +773,8 @@ static void silent_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hd
 Test(jobs, load_batches_at_a_lost_worker_fail_at_once)
 {
 	cis_errmsg em = {{0}};
-	mst_close(m);
-	mst_open_opts o = {.data_dir = data,
-	                   .map_size = 1ull << 30,
-	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 500,
-	                   .metrics = metrics};
-	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
-	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "silent", .handler = silent_worker};
-	cis_rpc_server *srv;
-	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	ProtobufCMessage *rep;
-	wi.host = "127.0.0.1";
-	wi.rpc_port = cis_rpc_server_port(srv);
-	wi.unix_socket = "";
-	wi.hostname = "silent";
-	wi.capacity = 1 << 20;
-	rq.worker = &wi;
-	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
-	protobuf_c_message_free_unpacked(rep, NULL);
+	reopen_with_threads(500);
+	cis_rpc_server *srv = serve_worker(silent_worker);
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
 	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
