@@ -657,25 +657,33 @@ static void read_frame(int fd, cis_frame_hdr *h)
 	}
 }
 
-/* A client that pipelines requests for large replies and reads none holds
- * at most OUT_HIGH (64 MiB) of the server's output: the server stops
- * reading its requests, and goes on once the client reads the replies. */
-Test(rpc, a_client_that_reads_no_replies_is_not_read_either)
+/* Send HELLO on a raw connection and read its reply; fd. */
+static int say_hello(int fd)
 {
-	int fd = raw_conn();
 	Cis__Hello hello = CIS__HELLO__INIT;
 	uint8_t *msg;
 	size_t len;
 	cis_frame_hdr h;
-	const int n = 100; /* replies of 3 MiB each: 300 MiB if all were queued */
 
 	hello.protocol_version = 1;
-	hello.client_name = "greedy";
+	hello.client_name = "raw";
 	cr_assert_eq(cis_msg_pack(&hello.base, &msg, &len), 0);
 	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)len, 0);
 	cr_assert_eq(write(fd, msg, len), (ssize_t)len);
 	free(msg);
 	read_frame(fd, &h);
+	return fd;
+}
+
+/* A client that pipelines requests for large replies and reads none holds
+ * at most OUT_HIGH (64 MiB) of the server's output: the server stops
+ * reading its requests, and goes on once the client reads the replies. */
+Test(rpc, a_client_that_reads_no_replies_is_not_read_either)
+{
+	int fd = say_hello(raw_conn());
+	cis_frame_hdr h;
+	const int n = 100; /* replies of 3 MiB each: 300 MiB if all were queued */
+
 	atomic_store(&file_calls, 0);
 	for (int i = 0; i < n; i++)
 		send_hdr(fd, T_FILE, 0, 0);
@@ -696,22 +704,11 @@ static int raw_unix_hello(void)
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	struct timeval tv = {5, 0};
-	Cis__Hello hello = CIS__HELLO__INIT;
-	uint8_t *msg;
-	size_t len;
-	cis_frame_hdr h;
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
 	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	hello.protocol_version = 1;
-	hello.client_name = "raw";
-	cr_assert_eq(cis_msg_pack(&hello.base, &msg, &len), 0);
-	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)len, 0);
-	cr_assert_eq(write(fd, msg, len), (ssize_t)len);
-	free(msg);
-	read_frame(fd, &h);
-	return fd;
+	return say_hello(fd);
 }
 
 /* Every 200 ms, answers the T_FDLIST requests queued with the file's fd,
