@@ -24,9 +24,9 @@ W_HTTP=$(free_port)
 export CISTERN_API=127.0.0.1:$M_HTTP
 MB=1048576
 
-start_master() {
+start_master() { # start_master [FLAGS...]
 	"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$M_RPC" \
-		--http-port "$M_HTTP" --heartbeat-interval 1s >>"$CIS_TMP/master.log" 2>&1 &
+		--http-port "$M_HTTP" --heartbeat-interval 1s "$@" >>"$CIS_TMP/master.log" 2>&1 &
 	MPID=$!
 	cis_on_exit "kill -9 $MPID"
 	wait_for 20 curl -fsS "http://127.0.0.1:$M_HTTP/healthz"
@@ -39,6 +39,18 @@ start_worker() {
 	WPID=$!
 	cis_on_exit "kill -9 $WPID"
 	wait_for 20 curl -fsS "http://127.0.0.1:$W_HTTP/readyz"
+}
+
+# shape_proxy NAME FLAGS...: bench/shape-proxy.js in front of the store
+# (its log $CIS_TMP/NAME.log); sets SHAPE_PORT.
+shape_proxy() {
+	local name=$1
+	shift
+	SHAPE_PORT=$(free_port)
+	node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$SHAPE_PORT" \
+		--upstream "${CIS_S3_ENDPOINT#http://}" "$@" >"$CIS_TMP/$name.log" 2>&1 &
+	cis_on_exit "kill_pid $!"
+	wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/$name.log"
 }
 
 wcl() { # wcl PATH CMD ARGS...
@@ -155,12 +167,8 @@ log "a read while a load fills the background fetch threads"
 kill -9 "$WPID"
 wait "$WPID" 2>/dev/null || true
 start_worker --fetch-threads 8 --background-fetches 4
-slow_port=$(free_port)
-node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$slow_port" \
-	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 0 --conn-mbps 0.1 --total-mbps 0 \
-	>"$CIS_TMP/shape.log" 2>&1 &
-cis_on_exit "kill_pid $!"
-wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/shape.log"
+shape_proxy shape --latency-ms 0 --conn-mbps 0.1 --total-mbps 0
+slow_port=$SHAPE_PORT
 for i in $(seq -w 1 13); do
 	head -c 262144 /dev/urandom >"$CIS_TMP/src/slow$i"
 	s3put_file "slow/s$i" "$CIS_TMP/src/slow$i"
@@ -222,12 +230,9 @@ log "a store that stalls: the bytes that came before the stall reach the reader"
 # s. Those bytes are in the fill's stage, short of its 256 KiB piece, and
 # no later bytes come to push them out: the store's quiet (a tick from the
 # S3 connector at least once a second) must, long before the stall ends.
-stall_port=$(free_port)
-node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$stall_port" \
-	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 0 --conn-mbps 0 --total-mbps 0 \
-	--stall-after 131072 --stall-ms 5000 >"$CIS_TMP/stall.log" 2>&1 &
-cis_on_exit "kill_pid $!"
-wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/stall.log"
+shape_proxy stall --latency-ms 0 --conn-mbps 0 --total-mbps 0 --stall-after 131072 \
+	--stall-ms 5000
+stall_port=$SHAPE_PORT
 s3put_file stall/s1 "$CIS_TMP/src/slow14"
 "$CLI" mount /stall "s3://$CIS_S3_BUCKET/stall" --option "endpoint=http://127.0.0.1:$stall_port" \
 	--option "region=$CIS_S3_REGION" --option path_style=true \
@@ -251,19 +256,10 @@ log "a lookup waiting on a slow store listing holds up no heartbeat"
 # heartbeats waiting past the timeout and the worker would be lost.
 kill -9 "$MPID"
 wait "$MPID" 2>/dev/null || true
-"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$M_RPC" \
-	--http-port "$M_HTTP" --heartbeat-interval 1s --worker-timeout 3s --io-threads 1 \
-	>>"$CIS_TMP/master.log" 2>&1 &
-MPID=$!
-cis_on_exit "kill -9 $MPID"
-wait_for 20 curl -fsS "http://127.0.0.1:$M_HTTP/healthz"
+start_master --worker-timeout 3s --io-threads 1
 wait_for 20 bash -c "curl -fsS http://127.0.0.1:$M_HTTP/api/v1/workers | grep -q '\"rpc_port\":$W_RPC'"
-late_port=$(free_port)
-node "$CIS_SRC/bench/shape-proxy.js" --listen "127.0.0.1:$late_port" \
-	--upstream "${CIS_S3_ENDPOINT#http://}" --latency-ms 6000 --conn-mbps 0 --total-mbps 0 \
-	>"$CIS_TMP/late.log" 2>&1 &
-cis_on_exit "kill_pid $!"
-wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/late.log"
+shape_proxy late --latency-ms 6000 --conn-mbps 0 --total-mbps 0
+late_port=$SHAPE_PORT
 s3put_file late/l1 "$CIS_TMP/src/a.bin"
 "$CLI" mount /late "s3://$CIS_S3_BUCKET/late" --option "endpoint=http://127.0.0.1:$late_port" \
 	--option "region=$CIS_S3_REGION" --option path_style=true \
