@@ -190,10 +190,11 @@ int mst_ns_readdir(mst_master *m, uint64_t dir, uint64_t cookie, size_t max, mst
 /* List the directory from the store now (force) or if stale. Directories
  * the listing shows for the first time are queued for listing ahead. */
 int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em);
-/* Whether a lookup or readdir in dir_id would list it from its store first
- * (never listed, or older than its mount's sync interval). */
-bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id);
-#define MST_LISTING_DUE_EARLY_NS (2 * 1000000000LL) /* needs_listing's margin */
+/* On this thread, refuse (or allow again) what would wait on a store: a
+ * listing (or joining one in flight), a store's stat. Refused, the call
+ * fails with -EWOULDBLOCK and mst_ns_store_wait_refused() says so. */
+void mst_ns_refuse_store_waits(bool refuse);
+bool mst_ns_store_wait_refused(void);
 /* The same for a directory queued for listing ahead, depth levels below
  * the listing a client asked for. */
 int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);
@@ -340,10 +341,11 @@ typedef struct mst_reply {
 	cis_errmsg em;
 } mst_reply;
 void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out);
-/* Whether answering this request may wait on a store: a lookup or readdir
- * in a directory due for a listing, an open that asks the store about a
- * changed file. A malformed one does not (its error is quick). */
-bool mst_rpc_may_wait(mst_master *m, uint16_t type, const uint8_t *msg, size_t len);
+/* The same without waiting on a store (for an I/O thread): false, out
+ * empty, when the request would have to (a lookup or readdir in a directory
+ * due for a listing, an open asking the store about a changed file). */
+bool mst_rpc_dispatch_quick(mst_master *m, uint16_t type, const uint8_t *msg, size_t len,
+                            mst_reply *out);
 void mst_reply_clear(mst_reply *r);
 struct cis_rpc_conn;
 struct cis_frame_hdr;

@@ -394,6 +394,29 @@ out:
 	return err;
 }
 
+/* Whether this thread may wait on a store: 0 yes, 1 no (an RPC I/O
+ * thread: mst_rpc_dispatch_quick), 2 no, and a request wanted to. */
+static _Thread_local int store_waits;
+
+void mst_ns_refuse_store_waits(bool refuse)
+{
+	store_waits = refuse ? 1 : 0;
+}
+
+bool mst_ns_store_wait_refused(void)
+{
+	return store_waits == 2;
+}
+
+/* True (and noted) when this thread may not wait on a store now. */
+static bool store_wait_refused_now(void)
+{
+	if (!store_waits)
+		return false;
+	store_waits = 2;
+	return true;
+}
+
 /* depth: levels below a listing a client asked for (0: asked for). */
 static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int depth, cis_errmsg *em)
 {
@@ -404,6 +427,8 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		return 0;
 	if (!force && !is_stale(dir, mt, cis_wall_ns()))
 		return 0;
+	if (store_wait_refused_now())
+		return -EWOULDBLOCK;
 
 	pthread_mutex_lock(&m->flight_lock);
 	for (;;) {
@@ -463,22 +488,6 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		mst_listahead_queue(m->listahead, nd.ids, nd.n, depth + 1);
 	free(nd.ids);
 	return rc;
-}
-
-bool mst_ns_needs_listing(mst_master *m, uint64_t dir_id)
-{
-	mst_inode *dir = malloc(sizeof(*dir));
-	bool needs = false;
-	if (dir && mst_ns_getattr(m, dir_id, dir, NULL) == 0 && dir->type == MST_DIR &&
-	    dir->mount_id != 0) {
-		mst_mount *mt = mst_mount_find(m, dir->mount_id);
-		/* A little early: the request is answered a moment later, and a
-		 * listing that falls due in between must not run on the caller's
-		 * I/O thread. */
-		needs = mt && is_stale(dir, mt, cis_wall_ns() + MST_LISTING_DUE_EARLY_NS);
-	}
-	free(dir);
-	return needs;
 }
 
 int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_errmsg *em)
@@ -543,6 +552,10 @@ int mst_ns_refresh_file(mst_master *m, uint64_t id, const char *stale_version, c
 	mst_mount *mt = mst_mount_find(m, ino->mount_id);
 	if (!mt || !mt->ufs)
 		goto out; /* unmounted meanwhile */
+	if (store_wait_refused_now()) {
+		err = -EWOULDBLOCK;
+		goto out;
+	}
 	struct cis_ufs_stat st;
 	err = cis_ufs_stat(mt->ufs, ino->key, &st, em);
 	cis_counter_inc(m->c_store_stats);

@@ -1,7 +1,8 @@
 /* The master's binary RPC handlers (master.proto). mst_rpc_dispatch does all
  * the work without a socket, so tests and the fuzzer call it directly; the
  * RPC server's handler (mst_rpc_handler, rpcpool.c) forwards, answering
- * the requests that may wait on a store listing from its own threads. */
+ * on the I/O thread what needs no store (mst_rpc_dispatch_quick) and the
+ * rest from its own threads. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,7 @@ static int h_open(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)
 	int err = 0;
 	if (q->stale_version && q->stale_version[0]) {
 		err = mst_ns_refresh_file(m, q->inode, q->stale_version, &out->em);
-		if (err && err != -ENOENT) {
+		if (err && err != -ENOENT && !mst_ns_store_wait_refused()) {
 			/* The store did not answer: open what we have (its read
 			 * fails again, and the open after it asks again). */
 			cis_log_limited(CIS_LOG_WARN, "master:refresh", 10,
@@ -212,44 +213,23 @@ static const struct route {
     {CIS_MSG_MASTER_BLOCK_REPORT, &cis__block_report_request__descriptor, h_report},
 };
 
-bool mst_rpc_may_wait(mst_master *m, uint16_t type, const uint8_t *msg, size_t len)
-{
-	ProtobufCMessage *req = NULL;
-	bool wait = false;
-	if (type == CIS_MSG_MASTER_LOOKUP &&
-	    cis_msg_unpack(&cis__lookup_request__descriptor, msg, len, &req) == 0)
-		wait = mst_ns_needs_listing(m, ((Cis__LookupRequest *)req)->parent);
-	else if (type == CIS_MSG_MASTER_READDIR &&
-	         cis_msg_unpack(&cis__read_dir_request__descriptor, msg, len, &req) == 0)
-		wait = mst_ns_needs_listing(m, ((Cis__ReadDirRequest *)req)->inode);
-	else if (type == CIS_MSG_MASTER_OPEN &&
-	         cis_msg_unpack(&cis__open_request__descriptor, msg, len, &req) == 0) {
-		const char *v = ((Cis__OpenRequest *)req)->stale_version;
-		wait = v && v[0];
-	}
-	if (req)
-		protobuf_c_message_free_unpacked(req, NULL);
-	return wait;
-}
-
-void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out)
+static void dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out)
 {
 	const struct route *rt = NULL;
 	memset(out, 0, sizeof(*out));
-	cis_counter_inc(m->c_rpc_requests);
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (routes[i].type == type)
 			rt = &routes[i];
 	if (!rt) {
 		out->code = cis_fail(&out->em, -CIS_E_PROTO, "unknown message type %u", type);
-		goto out_err;
+		return;
 	}
 	ProtobufCMessage *req;
 	int err = cis_msg_unpack(rt->desc, msg, len, &req);
 	if (err) {
 		out->code =
 		    cis_fail(&out->em, -CIS_E_PROTO, "malformed %s message", rt->desc->short_name);
-		goto out_err;
+		return;
 	}
 	err = rt->fn(m, req, out);
 	protobuf_c_message_free_unpacked(req, NULL);
@@ -260,9 +240,33 @@ void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t l
 		out->code = err;
 		if (!out->em.text[0])
 			cis_fail(&out->em, err, "%s", cis_strerror(err));
-		goto out_err;
 	}
-	return;
-out_err:
-	cis_counter_inc(m->c_rpc_errors);
+}
+
+static void count_reply(mst_master *m, const mst_reply *out)
+{
+	cis_counter_inc(m->c_rpc_requests);
+	if (out->code)
+		cis_counter_inc(m->c_rpc_errors);
+}
+
+void mst_rpc_dispatch(mst_master *m, uint16_t type, const uint8_t *msg, size_t len, mst_reply *out)
+{
+	dispatch(m, type, msg, len, out);
+	count_reply(m, out);
+}
+
+bool mst_rpc_dispatch_quick(mst_master *m, uint16_t type, const uint8_t *msg, size_t len,
+                            mst_reply *out)
+{
+	mst_ns_refuse_store_waits(true);
+	dispatch(m, type, msg, len, out);
+	bool would_wait = mst_ns_store_wait_refused();
+	mst_ns_refuse_store_waits(false);
+	if (would_wait) {
+		mst_reply_clear(out);
+		return false;
+	}
+	count_reply(m, out);
+	return true;
 }

@@ -6,12 +6,13 @@
  * directory from its store first (a million-object prefix: a thousand
  * pages, many seconds) or ask the store for an object: done on the I/O
  * thread, every connection it serves would wait that long, the workers'
- * heartbeats among them, until the master declared them lost. So a request
- * that may wait on a store (mst_rpc_may_wait: a lookup or readdir in a
- * directory due for a listing, an open that asks the store) goes to this
- * pool's threads, which reply when done (replies are thread-safe and
- * matched by request id); everything else, most lookups included, is
- * answered at once, without the hand-over's latency. With the queue full,
+ * heartbeats among them, until the master declared them lost. So each
+ * request is first answered on the I/O thread with store waits refused
+ * (mst_rpc_dispatch_quick); one that would wait (a lookup or readdir in a
+ * directory due for a listing, an open asking the store about a changed
+ * file) goes to this pool's threads instead, which reply when done
+ * (replies are thread-safe and matched by request id). Everything else,
+ * most lookups included, is answered at once. With the queue full,
  * a request is answered on the I/O thread: the client waits, and the
  * connection reads no more meanwhile. */
 #include <errno.h>
@@ -43,15 +44,20 @@ struct mst_rpcpool {
 	pthread_t *th;
 };
 
+static void send_reply(cis_rpc_conn *conn, const cis_frame_hdr *hdr, mst_reply *r)
+{
+	if (r->code)
+		cis_rpc_reply_error(conn, hdr, r->code, "%s", r->em.text);
+	else
+		cis_rpc_reply(conn, hdr, r->msg, 0);
+	mst_reply_clear(r);
+}
+
 static void answer(mst_master *m, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg)
 {
 	mst_reply r;
 	mst_rpc_dispatch(m, hdr->type, msg, hdr->msg_len, &r);
-	if (r.code)
-		cis_rpc_reply_error(conn, hdr, r.code, "%s", r.em.text);
-	else
-		cis_rpc_reply(conn, hdr, r.msg, 0);
-	mst_reply_clear(&r);
+	send_reply(conn, hdr, &r);
 }
 
 static void *pool_main(void *arg)
@@ -125,8 +131,13 @@ void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
                      struct evbuffer *data)
 {
 	mst_rpcpool *p = ctx;
+	mst_reply r;
 	(void)data; /* no master request carries raw data; the server drops it */
-	if (p->nthreads > 0 && mst_rpc_may_wait(p->m, hdr->type, msg, hdr->msg_len)) {
+	if (p->nthreads > 0 && mst_rpc_dispatch_quick(p->m, hdr->type, msg, hdr->msg_len, &r)) {
+		send_reply(conn, hdr, &r);
+		return;
+	}
+	if (p->nthreads > 0) {
 		pool_item *it = malloc(sizeof(*it) + hdr->msg_len);
 		pthread_mutex_lock(&p->mu);
 		bool queued = it && !p->stop && p->n < POOL_QUEUE_MAX;

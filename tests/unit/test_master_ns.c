@@ -390,21 +390,33 @@ Test(master, open_after_a_changed_read_asks_the_store)
 
 /* Which requests the RPC server hands to the threads that may wait on a
  * store: a lookup or readdir in a directory due for a listing, an open
- * asking about a changed file; not the same once listed, nor junk. */
+ * asking about a changed file; not the same once listed, nor junk. The
+ * quick answer refuses before touching the store, and answers the rest in
+ * full. */
 static bool may_wait(uint16_t type, const ProtobufCMessage *req)
 {
 	size_t len = protobuf_c_message_get_packed_size(req);
 	uint8_t *buf = malloc(len + 1);
+	mst_reply r;
 	protobuf_c_message_pack(req, buf);
-	bool w = mst_rpc_may_wait(m, type, buf, len);
+	uint64_t lists = cis_counter_get(m->c_store_lists);
+	bool answered = mst_rpc_dispatch_quick(m, type, buf, len, &r);
 	free(buf);
-	return w;
+	cr_assert_eq(cis_counter_get(m->c_store_lists), lists, "the quick answer listed a store");
+	if (answered) {
+		cr_assert(r.code || r.msg, "answered without a reply");
+		mst_reply_clear(&r);
+	} else {
+		cr_assert(!r.msg && !r.code, "a refused request left a reply");
+	}
+	return !answered;
 }
 
 Test(master, requests_that_may_wait_on_a_store)
 {
 	cis_errmsg em = {{0}};
 	mst_inode d, a;
+	mst_reply r;
 	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
 	cr_assert_eq(mst_ns_resolve(m, "/data", &d, &em), 0);
 	Cis__LookupRequest lq = CIS__LOOKUP_REQUEST__INIT;
@@ -426,7 +438,18 @@ Test(master, requests_that_may_wait_on_a_store)
 	gq.inode = d.id;
 	cr_assert_not(may_wait(CIS_MSG_MASTER_GETATTR, &gq.base));
 	const uint8_t junk[] = {0xff, 0xff, 0xff, 0x01};
-	cr_assert_not(mst_rpc_may_wait(m, CIS_MSG_MASTER_LOOKUP, junk, sizeof(junk)));
+	cr_assert(mst_rpc_dispatch_quick(m, CIS_MSG_MASTER_LOOKUP, junk, sizeof(junk), &r));
+	cr_assert_eq(r.code, -CIS_E_PROTO);
+	mst_reply_clear(&r);
+	/* the thread may wait on stores again: a plain dispatch lists */
+	Cis__LookupRequest lq2 = CIS__LOOKUP_REQUEST__INIT;
+	mst_inode sub;
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub", &sub, &em), 0);
+	lq2.parent = sub.id;
+	lq2.name = "c.bin";
+	call(CIS_MSG_MASTER_LOOKUP, &lq2.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	mst_reply_clear(&r);
 }
 
 /* A file:// store's links are inodes of their own: typed, with the text,
