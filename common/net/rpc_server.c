@@ -51,8 +51,9 @@
 #include "cistern/proto/common.pb-c.h"
 #include "net_internal.h"
 
-#define DEFAULT_MAX_CONNS 4096
-#define PROTOCOL_VERSION  1
+#define DEFAULT_MAX_CONNS      4096
+#define DEFAULT_WRITE_STALL_MS 60000
+#define PROTOCOL_VERSION       1
 /* A connection stops being read while this much output waits to be sent,
  * or this many of its requests wait for a reply: a client that pipelines
  * requests and reads no replies holds the server's memory and (file
@@ -121,6 +122,7 @@ struct cis_rpc_server {
 	char *unix_path;
 	size_t max_conns;
 	int idle_timeout_ms;
+	struct timeval write_stall;
 	uint16_t port;
 	struct event_base *lbase;
 	struct evconnlistener *tcp_l, *unix_l;
@@ -242,7 +244,7 @@ static void do_drain_held(cis_rpc_conn *c)
 				n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 			} while (n < 0 && errno == EINTR);
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-				event_add(c->wr_ev, NULL);
+				event_add(c->wr_ev, &c->t->srv->write_stall);
 				return;
 			}
 			if (n < 0) {
@@ -651,17 +653,36 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	}
 }
 
+/* The peer took none of our output for the write stall time. */
+static void conn_stalled(cis_rpc_conn *c)
+{
+	cis_log_limited(
+	    CIS_LOG_WARN, "rpc-write-stall", 10, "rpc connection dropped",
+	    "server=%s peer=%s reason=\"took no replies for %.1f s\"", c->t->srv->name, c->peer,
+	    (double)c->t->srv->write_stall.tv_sec + c->t->srv->write_stall.tv_usec / 1e6);
+	conn_close(c);
+}
+
 static void wr_ready_cb(evutil_socket_t fd, short what, void *arg)
 {
+	cis_rpc_conn *c = arg;
+
 	(void)fd;
-	(void)what;
-	write_cb(((cis_rpc_conn *)arg)->bev, arg);
+	if ((what & EV_TIMEOUT) && !c->closing) {
+		conn_stalled(c);
+		return;
+	}
+	write_cb(c->bev, c);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	cis_rpc_conn *c = arg;
 
+	if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_WRITING) && !c->closing) {
+		conn_stalled(c);
+		return;
+	}
 	if ((what & BEV_EVENT_TIMEOUT) && !c->closing && atomic_load(&c->inflight) > 0) {
 		/* Not idle: the peer waits for our reply. */
 		if (!atomic_load(&c->throttled))
@@ -728,7 +749,9 @@ static void conn_setup(struct io_thread *t, int fd, bool local)
 	if (s->idle_timeout_ms > 0) {
 		struct timeval tv = {s->idle_timeout_ms / 1000, (s->idle_timeout_ms % 1000) * 1000};
 
-		bufferevent_set_timeouts(c->bev, &tv, NULL);
+		bufferevent_set_timeouts(c->bev, &tv, &s->write_stall);
+	} else {
+		bufferevent_set_timeouts(c->bev, NULL, &s->write_stall);
 	}
 	c->open = true;
 	c->next = t->conns;
@@ -974,6 +997,8 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 	s->unix_path = o->unix_path ? strdup(o->unix_path) : NULL;
 	s->max_conns = o->max_conns ? o->max_conns : DEFAULT_MAX_CONNS;
 	s->idle_timeout_ms = o->idle_timeout_ms;
+	int stall_ms = o->write_stall_ms > 0 ? o->write_stall_ms : DEFAULT_WRITE_STALL_MS;
+	s->write_stall = (struct timeval){stall_ms / 1000, (stall_ms % 1000) * 1000};
 	s->bad_frames = o->bad_frames;
 	s->refused_conns = o->refused_conns;
 	s->nthreads = o->io_threads;

@@ -796,3 +796,53 @@ Test(rpc, replies_held_behind_an_fd_count_too)
 	cr_assert_lt(handled, 80, "%d of 101 file requests taken in with no reply read", handled);
 	close(fd);
 }
+
+/* A client that stops reading its replies for good is dropped after the
+ * write stall time (it held up to 64 MiB of output before, without end:
+ * a throttled connection is not read, so no idle timeout fires), on TCP
+ * and on the Unix socket with an fd reply held behind the output. */
+/* Read until the server closes (not a receive timeout); the bytes read. */
+static size_t count_until_close(int fd)
+{
+	static uint8_t buf[1 << 20];
+	size_t got = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		got += (size_t)n;
+	cr_assert_eq(n, 0, "server did not close the connection");
+	return got;
+}
+
+Test(rpc, a_client_that_takes_no_replies_is_dropped)
+{
+	cis_rpc_server_opts o = {.bind_addr = "127.0.0.1",
+	                         .unix_path = sock_path,
+	                         .io_threads = 1,
+	                         .handler = handler,
+	                         .write_stall_ms = 500};
+	cis_errmsg em = {{0}};
+
+	signal(SIGPIPE, SIG_IGN);
+	cis_rpc_server_stop(srv); /* for its Unix socket path */
+	cr_assert_eq(cis_rpc_server_start(&o, &srv, &em), 0, "%s", em.text);
+	int tcp = say_hello(raw_conn()), local = raw_unix_hello();
+	for (int i = 0; i < 30; i++)
+		send_hdr(tcp, T_FILE, 0, 0);
+	send_hdr(local, T_FILE, 0, 0);
+	send_hdr(local, T_FD, 0, 0);
+	cis_sleep_ms(2000);
+	/* What the socket buffers held comes out, then the end. */
+	size_t got = count_until_close(tcp);
+	cr_assert_lt(got, 10 * (size_t)FILE_LEN, "%zu bytes", got);
+	got = count_until_close(local);
+	cr_assert_lt(got, (size_t)FILE_LEN, "%zu bytes", got);
+	close(tcp);
+	close(local);
+	/* The server serves on. */
+	cis_rpc_client *c = client(false);
+	cr_assert_eq(echo(c, 3, "after", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+	cis_rpc_server_stop(srv);
+	srv = start_server(0);
+}

@@ -51,6 +51,11 @@ typedef struct cis_rpc_server_opts {
 	void *ctx;
 	size_t max_conns;    /* 0: 4096 */
 	int idle_timeout_ms; /* 0: none */
+	/* A peer that takes none of the output waiting for it this long is
+	 * dropped (it would hold up to the connection's output limit for good:
+	 * a throttled connection is not read, so the idle timeout never fires).
+	 * 0: 60 s. */
+	int write_stall_ms;
 	/* Connections dropped for a malformed frame (or no hello first), and
 	 * refused over max_conns; NULL: not counted. */
 	cis_counter *bad_frames;
