@@ -63,6 +63,7 @@ typedef struct fcl_file {
 	uint64_t size;
 	uint64_t block_size;
 	uint64_t vhash;       /* of version; never 0 */
+	uint64_t answered;    /* order of the master answer giving version */
 	bool page_cache;      /* reads go through the node's page cache (not direct) */
 	pthread_mutex_t lock; /* guards ra */
 	fcl_ra ra;
@@ -96,7 +97,8 @@ typedef struct fcl {
 	char hostname[256];
 	fcl_inodes *inodes;
 	fcl_meta *meta;
-	fcl_lru *versions;       /* ino -> version last opened (keep_cache) */
+	fcl_versions *versions;  /* the version each node's page cache holds */
+	uint64_t open_answers;   /* master Open answers received (atomic) */
 	fcl_lru *changed;        /* ino -> version a read found changed in the store */
 	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;

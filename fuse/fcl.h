@@ -4,6 +4,7 @@
  *   inode.c     kernel lookup counts; forget drops entries
  *   meta.c      entry/attribute/negative caches with single flight
  *   readahead.c per-handle sequential detector and window
+ *   versions.c  the version of each file the page cache holds
  *   dirahead.c  files of a directory opened in order: the next ones to prefetch
  *   master.c    master RPC: namespace, open, worker list
  *   local.c     short-circuit: block fds from the local worker, leases
@@ -166,6 +167,7 @@ typedef struct fcl_open_info {
 	char version[CIS_UFS_VERSION_MAX];
 	uint64_t size;
 	uint64_t block_size;
+	uint64_t answered; /* order of the master's answer: a later one is newer */
 } fcl_open_info;
 
 /* Remember oi (its key copied) and put a as the inode's attributes. */
@@ -175,6 +177,25 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi);
 int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi);
 /* Entries in the open cache. */
 size_t fcl_meta_open_count(fcl_meta *m);
+
+/* ---- versions opened (versions.c) ---- */
+
+/* The version of each file the node's page cache holds, as the newest
+ * master answer (by its order, `answered`) an open got. Thread-safe,
+ * bounded (an inode pushed out counts as unknown). */
+typedef struct fcl_versions fcl_versions;
+
+int fcl_versions_new(size_t capacity, fcl_versions **out);
+void fcl_versions_free(fcl_versions *v);
+/* An open of version, from the master answer numbered answered: true when
+ * the kernel may keep the node's pages (they are of this version). Notes
+ * the version unless a newer answer said another. */
+bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uint64_t answered);
+/* True, with the node's version copied to now, when that is not version. */
+bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
+                        char now[CIS_UFS_VERSION_MAX]);
+/* The node's version is unknown again (a read found the object changed). */
+void fcl_versions_forget(fcl_versions *v, uint64_t ino);
 
 /* ---- readahead (readahead.c) ---- */
 

@@ -464,11 +464,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		cis_counter_inc(c->stats.open_cache_hits);
 	/* Keep the kernel's pages only while the version is the one they came
 	 * from; a version we do not remember (or a changed one) drops them. */
-	char seen[CIS_UFS_VERSION_MAX];
-	fi->keep_cache = f->version[0] && fcl_lru_get(c->versions, &mino, sizeof(mino), seen) &&
-	                 strcmp(seen, f->version) == 0;
+	fi->keep_cache = fcl_versions_opened(c->versions, mino, f->version, f->answered);
 	if (!fi->keep_cache) {
-		(void)fcl_lru_put(c->versions, &mino, sizeof(mino), f->version, NULL, NULL);
 		/* The kernel may still hold the size of an older version (until
 		 * its attribute timeout) and would cut reads there. Dropping its
 		 * attributes (a negative offset touches nothing else, so this
@@ -532,7 +529,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 {
 	fcl_meta_forget_attr(c->meta, f->ino);
-	(void)fcl_lru_remove(c->versions, &f->ino, sizeof(f->ino), NULL);
+	fcl_versions_forget(c->versions, f->ino);
 	(void)fcl_lru_put(c->changed, &f->ino, sizeof(f->ino), f->version, NULL, NULL);
 	cis_counter_inc(c->stats.stale_reads);
 	if (c->se)
@@ -548,8 +545,7 @@ static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 static bool newer_version_open(fcl *c, const fcl_file *f)
 {
 	char now[CIS_UFS_VERSION_MAX];
-	if (!f->page_cache || !fcl_lru_get(c->versions, &f->ino, sizeof(f->ino), now) ||
-	    strcmp(now, f->version) == 0)
+	if (!f->page_cache || !fcl_versions_other(c->versions, f->ino, f->version, now))
 		return false;
 	cis_counter_inc(c->stats.stale_reads);
 	cis_log_limited(CIS_LOG_WARN, "older-version-read", 10,
@@ -1011,7 +1007,7 @@ int main(int argc, char **argv)
 	    fcl_meta_new(&src, (uint64_t)(o.entry_timeout * 1000),
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
 	                 o.meta_cache, &c.meta) ||
-	    fcl_lru_new(versions_cap, CIS_UFS_VERSION_MAX, &c.versions) ||
+	    fcl_versions_new(versions_cap, &c.versions) ||
 	    fcl_lru_new(FCL_CHANGED_MAX, CIS_UFS_VERSION_MAX, &c.changed) ||
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da))
 		cis_die("out of memory at start-up");
@@ -1093,7 +1089,7 @@ int main(int argc, char **argv)
 	fcl_da_free(c.da);
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);
-	fcl_lru_free(c.versions);
+	fcl_versions_free(c.versions);
 	fcl_lru_free(c.changed);
 	fcl_inodes_free(c.inodes);
 	fcl_mounts_free(&c);

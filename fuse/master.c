@@ -254,6 +254,7 @@ static fcl_file *file_new(fcl *c, uint64_t ino, const fcl_open_info *oi, char *k
 	f->vhash = fcl_version_hash(f->version);
 	f->size = oi->size;
 	f->block_size = oi->block_size;
+	f->answered = oi->answered;
 	pthread_mutex_init(&f->lock, NULL);
 	uint64_t budget_blocks = c->opts->readahead_budget / f->block_size;
 	fcl_ra_init(&f->ra, budget_blocks ? budget_blocks : 1);
@@ -306,6 +307,7 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	snprintf(oi.version, sizeof(oi.version), "%s",
 	         rep->inode->version ? rep->inode->version : "");
 	oi.size = rep->inode->size;
+	oi.answered = __atomic_add_fetch(&c->open_answers, 1, __ATOMIC_RELAXED);
 	oi.block_size = rep->mount->block_size ? rep->mount->block_size : oi.mount->block_size;
 	fcl_attr a;
 	fcl_attr_from_inode(rep->inode, &a);

@@ -180,9 +180,10 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 
 void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 {
-	fcl_meta_put_attr(m, a); /* drops an entry of another version */
-	if (m->attr_ns == 0)
+	if (m->attr_ns == 0) {
+		fcl_meta_put_attr(m, a);
 		return;
+	}
 	open_ent e = {.expires_ns = cis_mono_ns() + m->attr_ns, .vhash = a->vhash, .oi = *oi};
 	e.oi.key = strdup(oi->key ? oi->key : "");
 	if (!e.oi.key)
@@ -190,6 +191,13 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 	open_ent old;
 	bool evicted = false;
 	pthread_mutex_lock(&m->olock);
+	if (fcl_lru_get(m->opens, &a->ino, sizeof(a->ino), &old) &&
+	    old.oi.answered > oi->answered) {
+		/* An answer older than the one cached: it says nothing new. */
+		pthread_mutex_unlock(&m->olock);
+		free(e.oi.key);
+		return;
+	}
 	/* fcl_lru_put does not report a replaced value: take it out first. */
 	if (fcl_lru_remove(m->opens, &a->ino, sizeof(a->ino), &old))
 		free(old.oi.key);
@@ -198,6 +206,7 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 	else if (evicted)
 		free(old.oi.key);
 	pthread_mutex_unlock(&m->olock);
+	fcl_meta_put_attr(m, a); /* drops entries of other versions, not this one */
 }
 
 int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi)

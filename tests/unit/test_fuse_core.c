@@ -15,6 +15,7 @@
 #include "../../fuse/meta.c"
 #include "../../fuse/opts.c"
 #include "../../fuse/readahead.c"
+#include "../../fuse/versions.c"
 
 /* ---- inode table ---- */
 
@@ -355,6 +356,64 @@ Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 	fcl_meta_forget_attr(m, 10);
 	cr_assert_eq(fcl_meta_get_open(m, 10, &got), -ENOENT);
 	fcl_meta_free(m);
+}
+
+/* An open answer that arrives after a newer one (opens racing a change in
+ * the store) does not replace the newer entry or its attributes. */
+Test(fuse_open_cache, an_older_answer_does_not_replace_a_newer)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	fcl_open_info got, v2 = open_info("k", "v2", 600), v1 = open_info("k", "v1", 500);
+	fcl_attr a2 = {.ino = 9, .size = 600, .mode = 0644, .nlink = 1, .vhash = 78};
+	fcl_attr a1 = {.ino = 9, .size = 500, .mode = 0644, .nlink = 1, .vhash = 77};
+	v2.answered = 5;
+	v1.answered = 4;
+	fcl_meta_put_open(m, &a2, &v2);
+	fcl_meta_put_open(m, &a1, &v1);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	cr_assert_str_eq(got.version, "v2");
+	free(got.key);
+	fcl_attr b;
+	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL), 0);
+	cr_assert_eq(b.size, 600);
+	/* A later answer does. */
+	v1.answered = 6;
+	fcl_meta_put_open(m, &a1, &v1);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	cr_assert_str_eq(got.version, "v1");
+	free(got.key);
+	fcl_meta_free(m);
+}
+
+/* ---- versions the page cache holds ---- */
+
+Test(fuse_versions, keep_cache_only_for_the_newest_answer)
+{
+	fcl_versions *v;
+	char now[CIS_UFS_VERSION_MAX];
+	cr_assert_eq(fcl_versions_new(16, &v), 0);
+	cr_assert_not(fcl_versions_other(v, 9, "v1", now), "nothing known yet");
+	cr_assert_not(fcl_versions_opened(v, 9, "v1", 1), "first open: no pages to keep");
+	cr_assert(fcl_versions_opened(v, 9, "v1", 2));
+	cr_assert_not(fcl_versions_opened(v, 9, "v2", 4), "a new version drops the pages");
+	cr_assert(fcl_versions_other(v, 9, "v1", now), "a v1 handle is on an older version");
+	cr_assert_str_eq(now, "v2");
+	cr_assert_not(fcl_versions_other(v, 9, "v2", now));
+	/* An answer older than v2's, arriving late: it keeps no pages, and
+	 * the v2 handles read on (they used to fail as if on an old version). */
+	cr_assert_not(fcl_versions_opened(v, 9, "v1", 3));
+	cr_assert_not(fcl_versions_other(v, 9, "v2", now));
+	cr_assert(fcl_versions_other(v, 9, "v1", now));
+	/* Files without a version never keep pages. */
+	cr_assert_not(fcl_versions_opened(v, 10, "", 5));
+	cr_assert_not(fcl_versions_opened(v, 10, "", 6));
+	/* Forgotten: unknown again. */
+	fcl_versions_forget(v, 9);
+	cr_assert_not(fcl_versions_other(v, 9, "v1", now));
+	cr_assert_not(fcl_versions_opened(v, 9, "v2", 7));
+	cr_assert(fcl_versions_opened(v, 9, "v2", 8));
+	fcl_versions_free(v);
 }
 
 /* The cache is bounded by the metadata capacity: the least recently used
