@@ -67,9 +67,11 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 	cis_fmt_size((uint64_t)loaded, bs, sizeof(bs));
 	cis_fmt_size((uint64_t)bytes_seen, ts, sizeof(ts));
 	cis_fmt_size((uint64_t)rate, rs, sizeof(rs));
-	double left = listed && files && files < seen
-	                  ? elapsed_s * (double)(seen - files) / (double)files
-	                  : (listed ? 0 : -1);
+	double left = -1; /* unknown: still listing, or no file done to go by */
+	if (listed && files >= seen)
+		left = 0;
+	else if (listed && files > 0)
+		left = elapsed_s * (double)(seen - files) / (double)files;
 	fmt_eta(left, eta, sizeof(eta));
 	if (tty) {
 		char bar[31];

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -100,7 +101,9 @@ typedef struct local_stack {
 	const char *uri;
 	char mnt[PATH_MAX];
 	char state[PATH_MAX];
-	char cache_default[PATH_MAX + 32];
+	char *caches[LOCAL_MAX_CACHE_DIRS]; /* the worker's --cache-dir DIR:SIZE arguments */
+	size_t ncache;
+	bool made_mnt; /* the mount point directory was created by this start */
 	uint16_t m_rpc, m_http, w_rpc, w_http, f_http;
 	char api[64];
 	int timeout_ms;
@@ -143,8 +146,10 @@ static bool path_join(char *out, size_t len, const char *a, const char *b)
 	return true;
 }
 
-/* The absolute form of a mount point that may not be reachable (a stale
- * FUSE mount fails stat with ENOTCONN): realpath of its parent + its name. */
+/* The absolute form of a mount point, symbolic links resolved (the kernel
+ * mounts on the target); one that is not reachable (a stale FUSE mount
+ * fails stat with ENOTCONN) or not there yet: realpath of its parent + its
+ * name. */
 static int abs_mountpoint(const char *arg, char *out, size_t len, cis_errmsg *em)
 {
 	char parent[PATH_MAX], buf[PATH_MAX];
@@ -153,6 +158,12 @@ static int abs_mountpoint(const char *arg, char *out, size_t len, cis_errmsg *em
 
 	if (alen == 0 || alen >= sizeof(buf))
 		return cis_fail(em, -EINVAL, "%s: bad mount point", arg);
+	if (len >= PATH_MAX && realpath(arg, buf)) {
+		if (strcmp(buf, "/") == 0)
+			return cis_fail(em, -EINVAL, "%s: cannot mount over /", arg);
+		snprintf(out, len, "%s", buf);
+		return 0;
+	}
 	memcpy(buf, arg, alen + 1);
 	while (alen > 1 && buf[alen - 1] == '/')
 		buf[--alen] = 0;
@@ -633,6 +644,46 @@ static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_er
 	}
 }
 
+/* Whether the mount m (as GET /api/v1/mounts shows it) has what the mount
+ * request req asks for: read_only, and block_size and sync_interval where
+ * given; and the same store options, credentials aside (the master shows
+ * them as "***"; changed credentials need `cistern mount` or a new state
+ * directory). */
+static bool same_mount_options(const json_t *req, const json_t *m)
+{
+	const json_t *want = json_object_get(req, "options"), *have = json_object_get(m, "options");
+	const char *bs = json_string_value(json_object_get(req, "block_size"));
+	const char *si = json_string_value(json_object_get(req, "sync_interval"));
+	const char *k;
+	json_t *v;
+	uint64_t n;
+
+	if (json_is_true(json_object_get(req, "read_only")) !=
+	    json_is_true(json_object_get(m, "read_only")))
+		return false;
+	if (bs && (cis_parse_size(bs, &n) < 0 ||
+	           (json_int_t)n != json_integer_value(json_object_get(m, "block_size"))))
+		return false;
+	if (si && (cis_parse_duration_ms(si, &n) < 0 ||
+	           (json_int_t)n != json_integer_value(json_object_get(m, "sync_interval_ms"))))
+		return false;
+	json_object_foreach((json_t *)want, k, v)
+	{
+		const char *hv = json_string_value(json_object_get(have, k));
+
+		if (!hv || (strcmp(hv, "***") != 0 && strcmp(hv, json_string_value(v)) != 0))
+			return false;
+	}
+	json_object_foreach((json_t *)have, k, v)
+	{
+		const char *hv = json_string_value(v);
+
+		if (!json_object_get(want, k) && (!hv || strcmp(hv, "***") != 0))
+			return false; /* an option dropped since */
+	}
+	return true;
+}
+
 /* POST /api/v1/mounts {"path": "/", "uri": URI, "options": {...}}. A mount
  * of / kept from an earlier run (the master's LMDB is in the state dir) is
  * reused when its URI is the same, else replaced. */
@@ -686,6 +737,12 @@ static int mount_root(local_stack *s, cis_errmsg *em)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		rc = cis_http_call(s->api, "POST", "/api/v1/mounts", req, 60000, &status, &reply,
 		                   em);
+		if (rc == -ETIMEDOUT)
+			cis_fail(
+			    em, rc,
+			    "mount %s: the master did not answer in 60 s (is the store slow or "
+			    "unreachable?)",
+			    s->uri);
 		if (rc < 0)
 			goto out_req;
 		if (status >= 200 && status < 300)
@@ -711,7 +768,7 @@ static int mount_root(local_stack *s, cis_errmsg *em)
 			const char *u = json_string_value(json_object_get(m, "uri"));
 
 			if (p && strcmp(p, "/") == 0 && u && strcmp(u, s->uri) == 0)
-				same = true;
+				same = same_mount_options(req, m);
 		}
 		json_decref(reply);
 		reply = NULL;
@@ -721,8 +778,18 @@ static int mount_root(local_stack *s, cis_errmsg *em)
 		                   &status, &reply, em);
 		if (rc < 0)
 			goto out_req;
+		if (status < 200 || status >= 300) {
+			const char *msg = json_string_value(json_object_get(reply, "error"));
+
+			rc = cis_fail(em, status == 409 ? -EBUSY : -CIS_E_STORE,
+			              "cannot replace the mount of / kept from an earlier run: %s",
+			              msg ? msg : "refused by the master");
+			goto out_req;
+		}
 		json_decref(reply);
 		reply = NULL;
+		fprintf(stderr, "cistern local: replacing the mount of / kept from an earlier run "
+		                "(another store or options)\n");
 	}
 	{
 		const char *msg = json_string_value(json_object_get(reply, "error"));
@@ -781,8 +848,6 @@ static void port_str(char *out, size_t len, uint16_t p)
 /* Start master, worker, mount, FUSE client; each step waits for the last. */
 static int stack_start(local_stack *s, cis_errmsg *em)
 {
-	const char *const *caches = NULL;
-	size_t ncache = cis_config_multi(s->cfg, "cache-dir", &caches);
 	char mdata[PATH_MAX], wstate[PATH_MAX], sock[PATH_MAX], mrpc[8], mhttp[8], wrpc[8],
 	    whttp[8], fhttp[8], master_addr[32];
 	int rc;
@@ -834,13 +899,9 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	wargv[wn++] = wrpc;
 	wargv[wn++] = (char *)"--http-port";
 	wargv[wn++] = whttp;
-	if (ncache == 0) {
+	for (size_t i = 0; i < s->ncache; i++) {
 		wargv[wn++] = (char *)"--cache-dir";
-		wargv[wn++] = s->cache_default;
-	}
-	for (size_t i = 0; i < ncache && i < LOCAL_MAX_CACHE_DIRS; i++) {
-		wargv[wn++] = (char *)"--cache-dir";
-		wargv[wn++] = (char *)caches[i];
+		wargv[wn++] = s->caches[i];
 	}
 	wargv[wn] = NULL;
 	if ((rc = child_spawn(&s->worker, wargv, em)) < 0)
@@ -874,11 +935,26 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	return wait_mounted(s, em);
 }
 
-static int write_state_files(local_stack *s)
+/* local.pid: the supervisor's pid, written as it starts, so that --stop
+ * reaches a stack still starting. */
+static int write_pid_file(local_stack *s)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	path_join(path, sizeof(path), s->state, "local.pid");
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", (int)getpid());
+	return fclose(f) == 0 ? 0 : -EIO;
+}
+
+/* local.json: the running stack's addresses, for scripts. */
+static int write_state_file(local_stack *s)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8], master_addr[32];
 	json_t *j;
-	FILE *f;
 	int rc = 0;
 
 	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
@@ -896,13 +972,6 @@ static int write_state_files(local_stack *s)
 	if (json_dump_file(j, tmp, JSON_INDENT(2)) < 0 || rename(tmp, path) < 0)
 		rc = -EIO;
 	json_decref(j);
-	path_join(path, sizeof(path), s->state, "local.pid");
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	fprintf(f, "%d\n", (int)getpid());
-	if (fclose(f) != 0)
-		rc = -EIO;
 	return rc;
 }
 
@@ -916,6 +985,33 @@ static void remove_state_files(local_stack *s)
 		unlink(path);
 }
 
+/* Whether a stop signal waits (the supervisor blocks them and takes them
+ * with sigtimedwait): it cuts short a request to the master. */
+static bool stop_pending(void)
+{
+	sigset_t pend;
+
+	if (sigpending(&pend) < 0)
+		return false;
+	return sigismember(&pend, SIGINT) == 1 || sigismember(&pend, SIGTERM) == 1 ||
+	       sigismember(&pend, SIGHUP) == 1;
+}
+
+/* Say line to whoever started us (ready_fd, closed after) and on out.
+ * False when a background start's caller is gone and was told nothing. */
+static bool report(int ready_fd, const char *line, FILE *out)
+{
+	bool told = true;
+
+	if (ready_fd >= 0) {
+		told = dprintf(ready_fd, "%s", line) >= 0;
+		close(ready_fd);
+	}
+	fputs(line, out);
+	fflush(out);
+	return told;
+}
+
 /* The supervisor: start, report to ready_fd (or stdout with -f), then wait
  * for a stop signal or a child's death, and tear down. Exit code. */
 static int supervise(local_stack *s, int ready_fd)
@@ -924,31 +1020,34 @@ static int supervise(local_stack *s, int ready_fd)
 	int rc, code = 0;
 	char line[LOCAL_LINE_MAX];
 
+	write_pid_file(s);
+	cis_http_client_set_stop(stop_pending);
 	rc = stack_start(s, &em);
 	if (rc < 0) {
 		stack_teardown(s);
+		remove_state_files(s);
 		snprintf(line, sizeof(line), "cistern local: %s\n", cis_errmsg_or(&em, rc));
-		if (ready_fd >= 0) {
-			dprintf(ready_fd, "%s", line);
-			close(ready_fd);
-		}
-		fputs(line, stderr);
+		report(ready_fd, line, stderr);
 		return 1;
 	}
-	write_state_files(s);
+	write_state_file(s);
 	snprintf(line, sizeof(line),
 	         "cistern local: ready: %s mounted at %s (api %s, state %s, pid %d)\n", s->uri,
 	         s->mnt, s->api, s->state, (int)getpid());
-	if (ready_fd >= 0) {
-		dprintf(ready_fd, "%s", line);
-		close(ready_fd);
-	}
-	fputs(line, stdout);
-	fflush(stdout);
+	/* A caller killed while it waited for this line would never know to
+	 * stop us: stop rather than stay up unseen. */
+	bool told = report(ready_fd, line, stdout);
 
 	for (;;) {
-		int sig = wait_signal(s, 500);
+		int sig = told ? wait_signal(s, 500) : 0;
 
+		if (!told) {
+			fprintf(stderr,
+			        "cistern local: nobody heard the ready line; unmounting %s "
+			        "and stopping\n",
+			        s->mnt);
+			break;
+		}
 		if (sig) {
 			fprintf(stderr, "cistern local: signal %d: unmounting %s and stopping\n",
 			        sig, s->mnt);
@@ -1041,6 +1140,33 @@ static pid_t read_pid(const char *state)
 	return pid > 0 ? pid : 0;
 }
 
+/* The pid of the supervisor running on state, or 0. A supervisor holds the
+ * state's lock while it runs: when the lock is free, local.pid is left from
+ * one that was killed, and its pid may be another process's by now. */
+static pid_t stack_pid(const char *state)
+{
+	char lockp[PATH_MAX];
+	int fd;
+
+	if (!path_join(lockp, sizeof(lockp), state, "lock"))
+		return 0;
+	fd = open(lockp, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	bool held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	if (!held) {
+		char path[PATH_MAX];
+
+		if (path_join(path, sizeof(path), state, "local.pid"))
+			unlink(path);
+		if (path_join(path, sizeof(path), state, "local.json"))
+			unlink(path);
+		return 0;
+	}
+	return read_pid(state);
+}
+
 /* rc, a reported failure, as a command result: a -CIS_E_CONFIG found
  * after parsing (no HOME, a bad --option) is no usage error, exit status 1. */
 static int not_usage(int rc)
@@ -1060,7 +1186,7 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
 		return not_usage(rc);
 	}
-	pid = read_pid(state);
+	pid = stack_pid(state);
 	if (pid > 0 && kill(pid, 0) == 0) {
 		uint64_t deadline = cis_mono_ms() + LOCAL_STOP_TIMEOUT_MS + 30000;
 
@@ -1111,6 +1237,95 @@ static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_
 	return 0;
 }
 
+/* The worker's --cache-dir arguments: each --cache-dir, one without a
+ * size given half the free space in it (1..64 GiB); none: STATE/cache so. */
+static int cache_args(local_stack *s, cis_errmsg *em)
+{
+	const char *const *dirs = NULL;
+	size_t n = cis_config_multi(s->cfg, "cache-dir", &dirs);
+	char def[PATH_MAX];
+	const char *only = def;
+	int rc;
+
+	if (n == 0) {
+		path_join(def, sizeof(def), s->state, "cache");
+		dirs = &only;
+		n = 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct statvfs vfs;
+		uint64_t size = 4ull << 30;
+		char *arg;
+
+		if (strchr(dirs[i], ':')) {
+			arg = strdup(dirs[i]);
+		} else {
+			if ((rc = mkdir_p(dirs[i])) < 0)
+				return cis_fail(em, rc, "%s: cannot create: %s", dirs[i],
+				                cis_strerror(rc));
+			if (statvfs(dirs[i], &vfs) == 0) {
+				size = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
+				if (size > (64ull << 30))
+					size = 64ull << 30;
+				if (size < (1ull << 30))
+					size = 1ull << 30;
+			}
+			arg = NULL;
+			if (asprintf(&arg, "%s:%lluM", dirs[i], (unsigned long long)(size >> 20)) <
+			    0)
+				arg = NULL;
+		}
+		if (!arg)
+			return cis_fail(em, -ENOMEM, "out of memory");
+		s->caches[s->ncache++] = arg;
+	}
+	return 0;
+}
+
+/* Whether path is dir or below it (both absolute, resolved). */
+static bool path_within(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (strcmp(dir, "/") == 0)
+		return true;
+	return strncmp(path, dir, n) == 0 && (path[n] == 0 || path[n] == '/');
+}
+
+/* A mount point over the file:// store's own directory (or around it)
+ * would have the master read its store through its own mount and hang;
+ * one over the state directory would hide it from the daemons. */
+static int check_overlaps(const local_stack *s, cis_errmsg *em)
+{
+	char store[PATH_MAX];
+
+	if (path_within(s->state, s->mnt))
+		return cis_fail(em, -EINVAL, "%s: the state directory %s is inside it", s->mnt,
+		                s->state);
+	if (strncmp(s->uri, "file://", 7) != 0 || !realpath(s->uri + 7, store))
+		return 0;
+	if (path_within(s->mnt, store) || path_within(store, s->mnt))
+		return cis_fail(em, -EINVAL,
+		                "%s: overlaps the store %s (the mount would serve its own store); "
+		                "mount it elsewhere",
+		                s->mnt, s->uri);
+	return 0;
+}
+
+/* The mount point of the stack running on state (local.json), or "?". */
+static void running_mountpoint(const char *state, char *out, size_t len)
+{
+	char path[PATH_MAX];
+	json_t *j = NULL;
+	const char *m = NULL;
+
+	if (path_join(path, sizeof(path), state, "local.json"))
+		j = json_load_file(path, 0, NULL);
+	m = json_string_value(json_object_get(j, "mountpoint"));
+	snprintf(out, len, "%s", m ? m : "?");
+	json_decref(j);
+}
+
 /* Checks that need no daemon: mount point usable, ports, binaries, lock. */
 static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
 {
@@ -1137,35 +1352,7 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	s->timeout_ms = (int)t * 1000;
 	if ((rc = abs_mountpoint(mnt_arg, s->mnt, sizeof(s->mnt), em)) < 0)
 		return rc;
-	if (mounted(s->mnt, fs, sizeof(fs))) {
-		if (strncmp(fs, "fuse", 4) == 0 && stat(s->mnt, &st) < 0 && errno == ENOTCONN) {
-			/* Left by a stack that was killed: nobody serves it. */
-			unmount_fuse(s->mnt);
-		}
-		if (mounted(s->mnt, fs, sizeof(fs)))
-			return cis_fail(em, -EBUSY,
-			                "%s: already a mount point (%s); unmount it first "
-			                "(cistern local --stop %s, or fusermount3 -u %s)",
-			                s->mnt, fs, s->mnt, s->mnt);
-	}
-	if (stat(s->mnt, &st) < 0) {
-		if (errno != ENOENT)
-			return cis_fail(em, -errno, "%s: %s", s->mnt, strerror(errno));
-		if (mkdir(s->mnt, 0755) < 0)
-			return cis_fail(em, -errno, "%s: cannot create: %s", s->mnt,
-			                strerror(errno));
-	} else if (!S_ISDIR(st.st_mode)) {
-		return cis_fail(em, -ENOTDIR, "%s: not a directory", s->mnt);
-	}
-
-	if ((rc = find_daemon(bin_dir, "cistern-master", "master", s->master.bin,
-	                      sizeof(s->master.bin), em)) < 0 ||
-	    (rc = find_daemon(bin_dir, "cistern-worker", "worker", s->worker.bin,
-	                      sizeof(s->worker.bin), em)) < 0 ||
-	    (rc = find_daemon(bin_dir, "cistern-fuse", "fuse", s->fuse.bin, sizeof(s->fuse.bin),
-	                      em)) < 0)
-		return rc;
-
+	/* The lock first: a start refused for a running stack touches nothing. */
 	if ((rc = resolve_state_dir(s->cfg, s->mnt, s->state, sizeof(s->state), em)) < 0)
 		return rc;
 	if (!path_join(logs, sizeof(logs), s->state, "logs") ||
@@ -1177,39 +1364,55 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	if (*lock_fd < 0)
 		return cis_fail(em, -errno, "%s: %s", lockp, strerror(errno));
 	if (flock(*lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		pid_t other = read_pid(s->state);
+		char other[PATH_MAX];
 
+		running_mountpoint(s->state, other, sizeof(other));
 		close(*lock_fd);
 		*lock_fd = -1;
-		return cis_fail(em, -EBUSY,
-		                "%s: already in use by a running cistern local (pid %d); stop it "
-		                "with cistern local --stop %s",
-		                s->state, (int)other, s->mnt);
+		return cis_fail(
+		    em, -EBUSY,
+		    "%s: already in use by a running cistern local (pid %d, serving %s); "
+		    "stop it with cistern local --stop %s",
+		    s->state, (int)read_pid(s->state), other, other);
 	}
+	if (mounted(s->mnt, fs, sizeof(fs))) {
+		if (strncmp(fs, "fuse", 4) == 0 && stat(s->mnt, &st) < 0 && errno == ENOTCONN) {
+			/* Left by a stack that was killed: nobody serves it. */
+			unmount_fuse(s->mnt);
+		}
+		if (mounted(s->mnt, fs, sizeof(fs)))
+			return cis_fail(em, -EBUSY,
+			                "%s: already a mount point (%s); unmount it first "
+			                "(cistern local --stop %s, or fusermount3 -u %s)",
+			                s->mnt, fs, s->mnt, s->mnt);
+	}
+	if ((rc = check_overlaps(s, em)) < 0)
+		return rc;
+	if (stat(s->mnt, &st) < 0) {
+		if (errno != ENOENT)
+			return cis_fail(em, -errno, "%s: %s", s->mnt, strerror(errno));
+		if (mkdir(s->mnt, 0755) < 0)
+			return cis_fail(em, -errno, "%s: cannot create: %s", s->mnt,
+			                strerror(errno));
+		s->made_mnt = true;
+	} else if (!S_ISDIR(st.st_mode)) {
+		return cis_fail(em, -ENOTDIR, "%s: not a directory", s->mnt);
+	}
+
+	if ((rc = find_daemon(bin_dir, "cistern-master", "master", s->master.bin,
+	                      sizeof(s->master.bin), em)) < 0 ||
+	    (rc = find_daemon(bin_dir, "cistern-worker", "worker", s->worker.bin,
+	                      sizeof(s->worker.bin), em)) < 0 ||
+	    (rc = find_daemon(bin_dir, "cistern-fuse", "fuse", s->fuse.bin, sizeof(s->fuse.bin),
+	                      em)) < 0)
+		return rc;
 	if (!path_join(s->master.log, sizeof(s->master.log), logs, "master.log") ||
 	    !path_join(s->worker.log, sizeof(s->worker.log), logs, "worker.log") ||
 	    !path_join(s->fuse.log, sizeof(s->fuse.log), logs, "fuse.log"))
 		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", logs);
 
-	/* Default cache: STATE/cache, half the free space there, 1..64 GiB. */
-	{
-		char cdir[PATH_MAX];
-		struct statvfs vfs;
-		uint64_t size = 4ull << 30;
-
-		path_join(cdir, sizeof(cdir), s->state, "cache");
-		if ((rc = mkdir_p(cdir)) < 0)
-			return cis_fail(em, rc, "%s: cannot create: %s", cdir, cis_strerror(rc));
-		if (statvfs(cdir, &vfs) == 0) {
-			size = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
-			if (size > (64ull << 30))
-				size = 64ull << 30;
-			if (size < (1ull << 30))
-				size = 1ull << 30;
-		}
-		snprintf(s->cache_default, sizeof(s->cache_default), "%s:%lluM", cdir,
-		         (unsigned long long)(size >> 20));
-	}
+	if ((rc = cache_args(s, em)) < 0)
+		return rc;
 
 	if ((rc = port_opt(s->cfg, "master-port", &dm, em)) < 0 ||
 	    (rc = port_opt(s->cfg, "worker-port", &dw, em)) < 0 ||
@@ -1223,6 +1426,14 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	s->w_http = (uint16_t)(s->w_rpc + 1);
 	snprintf(s->api, sizeof(s->api), "http://127.0.0.1:%u", s->m_http);
 	return 0;
+}
+
+static volatile sig_atomic_t stop_asked;
+
+static void note_stop(int sig)
+{
+	(void)sig;
+	stop_asked = 1;
 }
 
 int cli_cmd_local(cli_ctx *c, int argc, char **argv)
@@ -1332,13 +1543,32 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	{
 		char line[LOCAL_LINE_MAX];
 		size_t n = 0;
-		ssize_t r;
 
-		while (n < sizeof(line) - 1 &&
-		       ((r = read(pipefd[0], line + n, sizeof(line) - 1 - n)) > 0 ||
-		        (r < 0 && errno == EINTR)))
+		/* Ctrl-C here stops the start (the supervisor is in its own
+		 * session, so it would not get it and would come up unseen). */
+		struct sigaction sa = {.sa_handler = note_stop}; /* no SA_RESTART */
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		for (bool forwarded = false; n < sizeof(line) - 1;) {
+			struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+
+			if (stop_asked && !forwarded) {
+				fprintf(stderr,
+				        "cistern local: interrupted; stopping the stack being "
+				        "started\n");
+				kill(pid, SIGTERM);
+				forwarded = true;
+			}
+			if (poll(&pfd, 1, LOCAL_POLL_MS) <= 0)
+				continue; /* a signal, or the next look at stop_asked */
+			ssize_t r = read(pipefd[0], line + n, sizeof(line) - 1 - n);
+
 			if (r > 0)
 				n += (size_t)r;
+			else if (r == 0 || errno != EINTR)
+				break;
+		}
 		close(pipefd[0]);
 		line[n] = 0;
 		if (strncmp(line, "cistern local: ready:", 21) == 0) {
@@ -1360,8 +1590,12 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		}
 	}
 out_lock:
+	if (rc < 0 && s.made_mnt)
+		rmdir(s.mnt); /* made for a start that failed */
 	if (lock_fd >= 0)
 		close(lock_fd);
+	for (size_t i = 0; i < s.ncache; i++)
+		free(s.caches[i]);
 	cis_config_free(cfg);
 	return not_usage(rc);
 }

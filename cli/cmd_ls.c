@@ -16,8 +16,7 @@ static const cis_opt ls_opts[] = {
 
 static void print_entry(const json_t *e, bool lng)
 {
-	const char *name = json_string_value(json_object_get(e, "name"));
-	const char *type = json_string_value(json_object_get(e, "type"));
+	const char *name = cli_jstr(e, "name"), *type = cli_jstr(e, "type");
 	const char *target = json_string_value(json_object_get(e, "link_target"));
 	bool dir = !strcmp(type, "dir"), link = !strcmp(type, "link");
 	if (!lng) {
@@ -25,18 +24,20 @@ static void print_entry(const json_t *e, bool lng)
 		return;
 	}
 	char sz[32], tm[32];
-	cis_fmt_size((uint64_t)json_integer_value(json_object_get(e, "size")), sz, sizeof(sz));
-	cli_fmt_time(json_integer_value(json_object_get(e, "mtime_ns")), tm, sizeof(tm));
+	cis_fmt_size((uint64_t)cli_jint(e, "size"), sz, sizeof(sz));
+	cli_fmt_time(cli_jint(e, "mtime_ns"), tm, sizeof(tm));
 	printf("%c%04llo %10s  %s  %s%s%s%s\n",
 	       dir    ? 'd'
 	       : link ? 'l'
 	              : '-',
-	       (unsigned long long)json_integer_value(json_object_get(e, "mode")), dir ? "-" : sz,
-	       tm, name, link ? " -> " : "", link && target ? target : "",
+	       (unsigned long long)cli_jint(e, "mode"), dir ? "-" : sz, tm, name,
+	       link ? " -> " : "", link && target ? target : "",
 	       json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
 }
 
-/* List one directory (all pages); push subdirectories when recursive. */
+/* List one directory (all pages); with rec, the directories below it too.
+ * A directory that fails is reported and the rest is listed: the result
+ * is the first failure, after everything else was listed. */
 static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, bool header)
 {
 	uint64_t cookie = 0;
@@ -62,13 +63,12 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 		{
 			if (!js)
 				print_entry(e, lng);
-			if (!rc && rec &&
-			    !strcmp(json_string_value(json_object_get(e, "type")), "dir")) {
+			const char *sub = json_string_value(json_object_get(e, "path"));
+			if (!rc && rec && sub && !strcmp(cli_jstr(e, "type"), "dir")) {
 				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
 				if (ns) {
 					subs = ns;
-					subs[nsubs] =
-					    strdup(json_string_value(json_object_get(e, "path")));
+					subs[nsubs] = strdup(sub);
 				}
 				if (!ns || !subs[nsubs++]) {
 					/* the rest of this page still prints */
@@ -77,13 +77,23 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 				}
 			}
 		}
+		uint64_t next = (uint64_t)cli_jint(out, "next_cookie");
 		eof = rc || json_is_true(json_object_get(out, "eof"));
-		cookie = (uint64_t)json_integer_value(json_object_get(out, "next_cookie"));
+		if (!eof && next <= cookie) {
+			fprintf(stderr,
+			        "cistern: %s: the master's listing did not move on (cookie %" PRIu64
+			        ")\n",
+			        what, cookie);
+			rc = -CIS_E_PROTO;
+			eof = true;
+		}
+		cookie = next;
 		json_decref(out);
 	}
 	for (size_t i = 0; i < nsubs; i++) {
+		int sub_rc = rc == -ENOMEM ? 0 : ls_one(c, subs[i], lng, rec, js, !js);
 		if (!rc)
-			rc = ls_one(c, subs[i], lng, rec, js, !js);
+			rc = sub_rc;
 		free(subs[i]);
 	}
 	free(subs);

@@ -237,6 +237,8 @@ int main(int argc, char **argv)
 	if (!api || !*api)
 		api = "127.0.0.1:19601";
 	snprintf(c.base, sizeof(c.base), "%s%s", strncmp(api, "http", 4) ? "http://" : "", api);
+	for (size_t n = strlen(c.base); n > 0 && c.base[n - 1] == '/';)
+		c.base[--n] = 0; /* "http://host:port/" + "/api/v1/..." */
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
 		if (!strcmp(commands[k].name, argv[i])) {

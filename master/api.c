@@ -466,7 +466,7 @@ static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
 {
 	cis_errmsg em = {{0}};
 	mst_job_req r = {0};
-	uint64_t rep = 1, par = 4, bw = 0;
+	uint64_t rep = 1, par = 16, bw = 0;
 	int st;
 	if (!body)
 		return fail_msg(out, 400, "a json object body is required");

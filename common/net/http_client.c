@@ -16,8 +16,27 @@
 
 #define MAX_REPLY          (64u << 20)
 #define DEFAULT_TIMEOUT_MS 30000
+#define CONNECT_TIMEOUT_MS 5000 /* a host that drops our SYNs */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static bool (*stop_check)(void);
+
+void cis_http_client_set_stop(bool (*stop)(void))
+{
+	stop_check = stop;
+}
+
+/* libcurl's progress callback: non-zero aborts the transfer. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	(void)arg;
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return stop_check && stop_check();
+}
 
 static void curl_init_once(void)
 {
@@ -75,8 +94,15 @@ int cis_http_call(const char *base_url, const char *method, const char *path, co
 	curl_easy_setopt(h, CURLOPT_URL, url.data);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
-	                 (long)(timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS));
+	if (timeout_ms <= 0)
+		timeout_ms = DEFAULT_TIMEOUT_MS;
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+	                 (long)(timeout_ms < CONNECT_TIMEOUT_MS ? timeout_ms : CONNECT_TIMEOUT_MS));
+	if (stop_check) {
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	}
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
@@ -102,8 +128,21 @@ int cis_http_call(const char *base_url, const char *method, const char *path, co
 		r = cis_fail(em, -ECONNREFUSED, "cannot reach master at %s: connection refused",
 		             host);
 		goto out_curl;
-	case CURLE_OPERATION_TIMEDOUT:
-		r = cis_fail(em, -ETIMEDOUT, "cannot reach master at %s: timed out", host);
+	case CURLE_OPERATION_TIMEDOUT: {
+		curl_off_t connected = 0;
+
+		curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected);
+		if (connected > 0)
+			r = cis_fail(em, -ETIMEDOUT,
+			             "master at %s did not answer %s %s within %d s", host, method,
+			             path ? path : "/", (timeout_ms + 999) / 1000);
+		else
+			r = cis_fail(em, -ETIMEDOUT, "cannot reach master at %s: timed out", host);
+		goto out_curl;
+	}
+	case CURLE_ABORTED_BY_CALLBACK:
+		r = cis_fail(em, -EINTR, "%s %s to master at %s: interrupted", method,
+		             path ? path : "/", host);
 		goto out_curl;
 	case CURLE_COULDNT_RESOLVE_HOST:
 		r = cis_fail(em, -EHOSTUNREACH, "cannot reach master at %s: unknown host", host);

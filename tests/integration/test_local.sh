@@ -7,9 +7,15 @@
 #  - s3rver (SigV4-verifying front), foreground mode (-f): ready line, files
 #    identical, SIGTERM unmounts and stops everything;
 #  - --fuse-option goes to cistern-fuse as -o;
+#  - a mount point given as a symlink, --cache-dir without a size, a restart
+#    with other mount options (the mount is replaced), a second start on a
+#    busy state dir (names the running stack's mount point, leaves no
+#    directory), --stop with a stale local.pid (kills nothing), Ctrl-C
+#    while a background start is under way (nothing is left running);
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
-#    unsupported URI, a daemon that dies at start, a FUSE client that cannot
-#    mount: one clear line, exit 1, nothing left running or mounted.
+#    unsupported URI, a mount point over the store, a daemon that dies at
+#    start, a FUSE client that cannot mount: one clear line, exit 1,
+#    nothing left running or mounted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/s3.sh"
 
@@ -87,7 +93,7 @@ compare_tree "$SRC" "file://"
 # The stack's master is a real one: the CLI sees the mount.
 assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "file://$SRC" "cistern mounts"
 
-out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" 2>&1) &&
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$CIS_TMP/state-other" 2>&1) &&
 	fail "a second cistern local on a busy mount point succeeded: $out"
 assert_contains "$out" "already a mount point" "busy mount point"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "busy mount point: more than one line: $out"
@@ -123,6 +129,74 @@ out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 2>
 fusermount3 -u "$MNT" || fail "fusermount3 -u failed"
 assert_stopped "$STATE" "outside unmount"
 assert_contains "$(cat "$STATE/logs/local.log")" "was unmounted; stopping" "outside unmount logged"
+
+# A mount point given as a symlink (the kernel mounts on its target), a
+# --cache-dir without a size (half the free space there), mount options.
+log "symlinked mount point, --cache-dir without a size, mount options"
+LINK="$CIS_TMP/mnt-link"
+ln -s "$MNT" "$LINK"
+out=$("$CISTERN" local "file://$SRC" "$LINK" --state-dir "$STATE" --timeout 20 \
+	--cache-dir "$CIS_TMP/cache-nosize" -o block_size=64K 2>&1) ||
+	fail "start on a symlinked mount point failed: $out"
+assert_contains "$out" "mounted at $MNT" "symlinked mount point resolved"
+compare_tree "$SRC" "symlinked mount point"
+worker_pid=$(jq -r .worker_pid "$STATE/local.json")
+assert_contains "$(tr '\0' ' ' <"/proc/$worker_pid/cmdline")" "--cache-dir $CIS_TMP/cache-nosize:" \
+	"--cache-dir without a size"
+api=$(jq -r .api "$STATE/local.json")
+assert_contains "$("$CISTERN" --api "$api/" mounts 2>&1)" "block_size=64.0 KiB" "block_size option"
+# A second start on the busy state dir with another mount point: refused,
+# naming the running stack's mount point, and no directory made for it.
+out=$("$CISTERN" local "file://$SRC" "$CIS_TMP/mnt-other" --state-dir "$STATE" 2>&1) &&
+	fail "a second start on a busy state dir succeeded: $out"
+assert_contains "$out" "serving $MNT); stop it with cistern local --stop $MNT" "busy state dir"
+[ ! -e "$CIS_TMP/mnt-other" ] || fail "busy state dir: the refused start made its mount point"
+"$CISTERN" local --stop "$LINK" --state-dir "$STATE" >/dev/null 2>&1 || fail "--stop via the symlink"
+assert_stopped "$STATE" "symlinked mount point"
+# A restart with another block size replaces the mount kept from the last run.
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 20 -o block_size=4M 2>&1) ||
+	fail "restart with other options failed: $out"
+assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "block_size=4.0 MiB" "changed option applied"
+compare_tree "$SRC" "after the options changed"
+"$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "--stop after options"
+assert_stopped "$STATE" "changed options"
+assert_contains "$(cat "$STATE/logs/local.log")" "replacing the mount of /" "replacement logged"
+
+# A stale local.pid (the supervisor was killed; the pid is another
+# process's now): --stop must not signal it.
+sleep 300 &
+bystander=$!
+echo "$bystander" >"$STATE/local.pid"
+out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) &&
+	fail "--stop with a stale local.pid claimed a stop: $out"
+kill -0 "$bystander" 2>/dev/null || fail "--stop killed pid $bystander from a stale local.pid"
+kill "$bystander"
+[ ! -e "$STATE/local.pid" ] || fail "the stale local.pid was left"
+
+# Ctrl-C while a background start waits for the daemons: the stack being
+# started stops too (its supervisor is in a session of its own).
+SLOW="$CIS_TMP/slow"
+mkdir -p "$SLOW"
+for d in master worker fuse; do
+	printf '#!/bin/sh\nsleep 2\nexec %s "$@"\n' "$CIS_BUILD/$d/cistern-$d" >"$SLOW/cistern-$d"
+	chmod +x "$SLOW/cistern-$d"
+done
+"$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$SLOW" \
+	>"$CIS_TMP/int.out" 2>&1 &
+starter=$!
+sleep 1
+kill -INT "$starter"
+wait "$starter" && fail "an interrupted start exited 0: $(cat "$CIS_TMP/int.out")"
+assert_contains "$(cat "$CIS_TMP/int.out")" "interrupted" "interrupted start"
+sleep 3 # past the slow master's start, had it gone on
+assert_stopped "$STATE" "interrupted start"
+
+log "a mount point over the store's own directory"
+out=$("$CISTERN" local "file://$SRC" "$SRC/a" --state-dir "$STATE" 2>&1) &&
+	fail "a mount point inside the store was accepted: $out"
+assert_contains "$out" "overlaps the store" "mount point inside the store"
+is_mounted "$SRC/a" && fail "the store was mounted over"
+assert_stopped "$STATE" "mount point inside the store"
 
 # --- s3rver, foreground --------------------------------------------------
 s3_start

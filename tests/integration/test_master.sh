@@ -71,6 +71,18 @@ out=$(cli stat /dir/b.txt)
 assert_contains "$out" "key:      dir/b.txt"
 out=$(cli ls -R --json /dir)
 assert_contains "$out" '"name": "b.txt"'
+# ls -R goes on past a directory it cannot list (a non-UTF-8 name, shown
+# with '?', cannot be named back), and fails at the end.
+mkdir -p "$ROOT/rec/$(printf 'bad\xff')" "$ROOT/rec/d" "$ROOT/rec/zz"
+echo x >"$ROOT/rec/zz/last.txt"
+cli sync / >/dev/null
+rc=0
+out=$(cli ls -R /rec) || rc=$?
+assert_eq "$rc" 1 "ls -R with a directory it cannot list"
+assert_contains "$out" "/rec/zz:" "ls -R went on past the failing directory"
+assert_contains "$out" "last.txt" "ls -R listed the directories after it"
+rm -rf "$ROOT/rec"
+cli sync / >/dev/null
 if cli mount /dir "file://$CIS_TMP/other" >/dev/null; then fail "a mount shadowed /dir"; fi
 
 # ---- concurrent listings of a new directory: one store listing ----

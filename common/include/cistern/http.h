@@ -79,9 +79,15 @@ void cis_http_reply_code(cis_http_req *r, int code, const char *msg);
  * URL-encoded where needed). On any HTTP reply: 0, *status set and *out the
  * parsed JSON body (caller's; NULL if the body was not JSON). Transport
  * failures: -ECONNREFUSED / -ETIMEDOUT / -CIS_E_CLOSED with em saying
- * "cannot reach master at 127.0.0.1:19601: connection refused". */
+ * "cannot reach master at 127.0.0.1:19601: connection refused" (connecting
+ * gives up after 5 s; a master that took the connection and did not answer
+ * in time_ms: "master at ... did not answer GET /x within N s"). */
 int cis_http_call(const char *base_url, const char *method, const char *path, const json_t *body,
                   int timeout_ms, long *status, json_t **out, cis_errmsg *em);
+/* A check every call of this process makes while it waits (a few times a
+ * second): when it returns true the call fails with -EINTR. For a program
+ * that takes its stop signals synchronously (sigpending). NULL: none. */
+void cis_http_client_set_stop(bool (*stop)(void));
 
 /* For fuzz targets and tests: connect to 127.0.0.1:port, write len raw
  * bytes (an HTTP request, well formed or not), shut down the write side
