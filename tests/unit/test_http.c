@@ -1,7 +1,11 @@
 /* The HTTP server (routes, errors, built-ins) driven by the HTTP client. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>
@@ -283,6 +287,39 @@ Test(http, unreachable_server)
 
 	cr_assert_eq(r, -ECONNREFUSED);
 	cr_assert_str_eq(em.text, "cannot reach master at 127.0.0.1:1: connection refused");
+}
+
+static bool always_stop(void)
+{
+	return true;
+}
+
+/* A master that takes the connection and never answers: "did not answer"
+ * (not "cannot reach") after the call's time; a stop check cuts it short. */
+Test(http, silent_server_and_stop_check)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char base[64];
+	cis_errmsg em = {{0}};
+	long st;
+	json_t *o;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(fd, 8), 0); /* the kernel completes connections; none is read */
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%u", ntohs(sa.sin_port));
+	cr_assert_eq(cis_http_call(base, "GET", "/x", NULL, 500, &st, &o, &em), -ETIMEDOUT);
+	cr_assert_not_null(strstr(em.text, "did not answer GET /x within 1 s"), "%s", em.text);
+	cis_http_client_set_stop(always_stop);
+	uint64_t t0 = cis_mono_ms();
+	cr_assert_eq(cis_http_call(base, "GET", "/x", NULL, 10000, &st, &o, &em), -EINTR);
+	cis_http_client_set_stop(NULL);
+	cr_assert_lt(cis_mono_ms() - t0, 3000, "the stop check did not cut the call short");
+	cr_assert_not_null(strstr(em.text, "interrupted"), "%s", em.text);
+	close(fd);
 }
 
 Test(http, bind_conflict_fails_with_address)
