@@ -38,6 +38,7 @@
 
 #define DEFAULT_MAX_BODY (1u << 20)
 #define CONN_TIMEOUT_S   60
+#define MAX_HEADERS      (64 << 10) /* request line and headers, bytes */
 
 struct route {
 	char *method;
@@ -469,6 +470,9 @@ static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
 		return -ENOMEM;
 	}
 	evhttp_set_max_body_size(l->http, (ev_ssize_t)s->max_body);
+	/* libevent takes headers of any size by default: a header line sent
+	 * without end held memory and CPU (each read rescans it) for good. */
+	evhttp_set_max_headers_size(l->http, MAX_HEADERS);
 	evhttp_set_timeout(l->http, CONN_TIMEOUT_S);
 	evhttp_set_allowed_methods(l->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
 	                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |

@@ -105,6 +105,7 @@ struct req {
 	int64_t mtime_ns;
 	uint64_t content_length;
 	bool have_cl;
+	bool chunked; /* Transfer-Encoding: chunked (its end is marked) */
 	uint64_t stream_pos;
 	size_t up_pos;
 	bool too_big;
@@ -315,6 +316,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		r->etag[0] = 0;
 		r->have_cl = false;
+		r->chunked = false;
 		r->have_cr = false;
 		r->cr_text[0] = 0;
 		r->mtime_ns = 0;
@@ -344,6 +346,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		}
 		snprintf(r->cr_text, sizeof(r->cr_text), "%s", v);
 		r->have_cr = parse_content_range(v, &r->cr_start, &r->cr_end);
+	} else if (!strcasecmp(line, "transfer-encoding")) {
+		r->chunked = strcasestr(v, "chunked") != NULL;
 	} else if (!strcasecmp(line, "content-length")) {
 		char *end;
 		errno = 0;
@@ -700,6 +704,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 		cis_buf_reset(&r->resp);
 		r->etag[0] = 0;
 		r->have_cl = false;
+		r->chunked = false;
 		r->mtime_ns = 0;
 		r->stream_pos = 0;
 		r->up_pos = 0;
@@ -1297,16 +1302,17 @@ static int page_add(cis_ufs_page *page, size_t *cap, const char *name, size_t nl
 }
 
 /* Adds key (a full key under pfx) as an entry unless it names nothing
- * listable: the directory marker itself, deeper keys, "." and "..". */
-static int add_key(cis_ufs_page *page, size_t *cap, const char *key, size_t plen, bool is_prefix,
-                   const cis_s3_object *o)
+ * listable: the directory marker itself, deeper keys, "." and "..", and a
+ * key not under pfx at all (a store that answers another listing). */
+static int add_key(cis_ufs_page *page, size_t *cap, const char *key, const char *pfx, size_t plen,
+                   bool is_prefix, const cis_s3_object *o)
 {
+	if (strncmp(key, pfx, plen) != 0)
+		return 0;
 	const char *name = key + plen;
 	size_t n = strlen(name);
 	bool dir = is_prefix;
 
-	if (strlen(key) < plen)
-		return 0;
 	if (n && name[n - 1] == '/') { /* "name/": a common prefix or a marker key */
 		n--;
 		dir = true;
@@ -1359,10 +1365,11 @@ static int s3_list(void *state, const char *dir, const char *token, size_t max, 
 		bool take_obj = ip == l.n_prefixes ||
 		                (io < l.n_objects && strcmp(l.objects[io].key, l.prefixes[ip]) < 0);
 		if (take_obj) {
-			rc = add_key(page, &cap, l.objects[io].key, plen, false, &l.objects[io]);
+			rc = add_key(page, &cap, l.objects[io].key, pfx, plen, false,
+			             &l.objects[io]);
 			io++;
 		} else {
-			rc = add_key(page, &cap, l.prefixes[ip], plen, true, NULL);
+			rc = add_key(page, &cap, l.prefixes[ip], pfx, plen, true, NULL);
 			ip++;
 		}
 		if (rc) {
@@ -1432,6 +1439,16 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		rc = cis_fail(em, -CIS_E_STORE,
 		              "%s: short read: %" PRIu64 " of %" PRIu64 " bytes (content-range %s)",
 		              what, r.delivered, r.cr_end - r.cr_start + 1, r.cr_text);
+	}
+	if (rc == 0 && r.status == 200 && !r.have_cl && !r.chunked && r.delivered < r.win_len) {
+		/* The whole object with its end marked by nothing but the
+		 * connection closing: a cut cannot be told from the end. */
+		char what[600];
+		what_of(s, key, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE,
+		              "%s: the store ended a reply of unknown length after %" PRIu64
+		              " of %" PRIu64 " bytes (cut?)",
+		              what, r.delivered, r.win_len);
 	}
 out:
 	if (got)

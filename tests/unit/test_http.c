@@ -257,6 +257,36 @@ Test(http, raw_bytes_roundtrip)
 	json_decref(call("GET", "/healthz", NULL, 200)); /* still serving */
 }
 
+/* A header line that never ends is cut off (64 KiB), not buffered for
+ * good: the server hangs up while the client still sends. */
+Test(http, endless_header_line_is_cut_off)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(cis_http_server_port(srv))};
+	struct timeval tv = {3, 0};
+	static char junk[1 << 20];
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char buf[4096];
+	ssize_t n;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	memset(junk, 'A', sizeof(junk));
+	const char *start = "GET /healthz HTTP/1.1\r\nX-Junk: ";
+	cr_assert_eq(send(fd, start, strlen(start), MSG_NOSIGNAL), (ssize_t)strlen(start));
+	for (int i = 0; i < 4 && send(fd, junk, sizeof(junk), MSG_NOSIGNAL) > 0; i++)
+		;
+	/* Closed (EOF or reset) or an error reply; a timeout means it waits on. */
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		;
+	cr_assert(n == 0 || errno == ECONNRESET, "the server still reads the header: %s",
+	          strerror(errno));
+	close(fd);
+	json_decref(call("GET", "/healthz", NULL, 200)); /* still serving */
+}
+
 Test(http, reply_code_and_silent_handler)
 {
 	assert_error_body(call("DELETE", "/api/v1/code", NULL, 404), "no such mount");
