@@ -1186,6 +1186,7 @@ static int probe_prefix(struct s3 *s, const char *prefix, bool *found, cis_errms
 
 	*found = false;
 	if (cis_kvlist_set(&r.query, "list-type", "2") ||
+	    cis_kvlist_set(&r.query, "encoding-type", "url") ||
 	    cis_kvlist_set(&r.query, "max-keys", "1") ||
 	    cis_kvlist_set(&r.query, "prefix", prefix)) {
 		req_free(&r);
@@ -1343,6 +1344,7 @@ static int s3_list(void *state, const char *dir, const char *token, size_t max, 
 	plen = strlen(pfx);
 	snprintf(maxs, sizeof(maxs), "%zu", max && max < LIST_MAX_KEYS ? max : LIST_MAX_KEYS);
 	if (cis_kvlist_set(&r.query, "list-type", "2") ||
+	    cis_kvlist_set(&r.query, "encoding-type", "url") ||
 	    cis_kvlist_set(&r.query, "delimiter", "/") || cis_kvlist_set(&r.query, "prefix", pfx) ||
 	    cis_kvlist_set(&r.query, "max-keys", maxs) ||
 	    (token && token[0] && cis_kvlist_set(&r.query, "continuation-token", token))) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -184,10 +185,43 @@ static int grow(void **arr, size_t n, size_t *cap, size_t elem)
 	return 0;
 }
 
+/* A key sent with EncodingType url (form encoding: '+' is a space) back
+ * to its bytes, in place of *s. One holding a NUL names nothing a path
+ * can: it becomes "" (a listing skips it). */
+static int url_decode(char **s)
+{
+	for (char *p = *s; *p; p++)
+		if (*p == '+')
+			*p = ' ';
+	int n = 0;
+	char *d = curl_easy_unescape(NULL, *s, 0, &n);
+	if (!d)
+		return -ENOMEM;
+	char *copy = strlen(d) == (size_t)n ? strdup(d) : strdup("");
+	curl_free(d);
+	if (!copy)
+		return -ENOMEM;
+	free(*s);
+	*s = copy;
+	return 0;
+}
+
+static int url_decode_all(cis_s3_list *l)
+{
+	for (size_t i = 0; i < l->n_objects; i++)
+		if (url_decode(&l->objects[i].key))
+			return -ENOMEM;
+	for (size_t i = 0; i < l->n_prefixes; i++)
+		if (url_decode(&l->prefixes[i]))
+			return -ENOMEM;
+	return 0;
+}
+
 int cis_s3_xml_parse_list(const char *data, size_t len, cis_s3_list *out)
 {
 	xmlDocPtr doc;
 	size_t cap_o = 0, cap_p = 0;
+	bool url_encoded = false;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -246,6 +280,14 @@ int cis_s3_xml_parse_list(const char *data, size_t len, cis_s3_list *out)
 				rc = -ENOMEM;
 				goto out_fail;
 			}
+		} else if (is(n, "EncodingType")) {
+			char *t = text_dup(n);
+			if (!t) {
+				rc = -ENOMEM;
+				goto out_fail;
+			}
+			url_encoded = strcmp(t, "url") == 0;
+			free(t);
 		} else if (is(n, "KeyCount")) {
 			char *t = text_dup(n);
 			uint64_t v;
@@ -262,7 +304,9 @@ int cis_s3_xml_parse_list(const char *data, size_t len, cis_s3_list *out)
 		rc = -CIS_E_PARSE;
 		goto out_fail;
 	}
-	rc = 0;
+	rc = url_encoded ? url_decode_all(out) : 0;
+	if (rc)
+		goto out_fail;
 	goto out_free_doc;
 out_fail:
 	cis_s3_list_free(out);

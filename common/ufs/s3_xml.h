@@ -18,7 +18,7 @@
 #define CIS_S3_ERR_MSG_MAX  256
 
 typedef struct cis_s3_object {
-	char *key;                  /* full key, XML entities decoded */
+	char *key;                  /* full key, XML entities (and url encoding) decoded */
 	uint64_t size;              /* 0 when absent */
 	int64_t mtime_ns;           /* LastModified; 0 when absent or unparseable */
 	char etag[CIS_S3_ETAG_MAX]; /* as sent, quotes included; "" when absent */
@@ -35,7 +35,11 @@ typedef struct cis_s3_list {
 	long key_count;   /* -1 when absent */
 } cis_s3_list;
 
-/* Parse a ListBucketResult. out is the caller's afterwards
+/* Parse a ListBucketResult; keys and prefixes of a reply that says
+ * <EncodingType>url</EncodingType> are decoded (asked for with
+ * encoding-type=url, so that keys with bytes XML cannot carry, 0x01-0x1F,
+ * and a CR, which XML turns into LF, list as they are; one holding a NUL
+ * comes out ""). out is the caller's afterwards
  * (cis_s3_list_free), also on failure (then empty). 0, -CIS_E_TOOBIG,
  * -CIS_E_PARSE (not XML, a DTD, another root, a bad Size) or -ENOMEM. */
 int cis_s3_xml_parse_list(const char *data, size_t len, cis_s3_list *out);

@@ -96,6 +96,37 @@ Test(s3_xml, list_utf8_and_escaped_keys_without_namespace)
 	cis_s3_list_free(&l);
 }
 
+/* encoding-type=url: keys with bytes XML cannot carry (0x01, CR) come
+ * back as they are; '+' is a space, %2B a plus; a NUL makes the key "".
+ * A reply that does not say EncodingType url is taken as it is. */
+Test(s3_xml, list_url_encoded_keys_decoded)
+{
+	static const char x[] = "<ListBucketResult><EncodingType>url</EncodingType>"
+	                        "<Contents><Key>d/a%01b</Key></Contents>"
+	                        "<Contents><Key>d/cr%0Dx</Key></Contents>"
+	                        "<Contents><Key>d/sp+ace%2Bplus</Key></Contents>"
+	                        "<Contents><Key>d/nul%00x</Key></Contents>"
+	                        "<CommonPrefixes><Prefix>d/s%C3%BCb+dir/</Prefix></CommonPrefixes>"
+	                        "</ListBucketResult>";
+	static const char plain[] = "<ListBucketResult><Contents><Key>d/a+b%41</Key></Contents>"
+	                            "</ListBucketResult>";
+	cis_s3_list l;
+
+	cr_assert_eq(cis_s3_xml_parse_list(x, sizeof(x) - 1, &l), 0);
+	cr_assert_eq(l.n_objects, 4);
+	cr_assert_str_eq(l.objects[0].key, "d/a\x01" "b");
+	cr_assert_str_eq(l.objects[1].key, "d/cr\rx");
+	cr_assert_str_eq(l.objects[2].key, "d/sp ace+plus");
+	cr_assert_str_eq(l.objects[3].key, "");
+	cr_assert_eq(l.n_prefixes, 1);
+	cr_assert_str_eq(l.prefixes[0], "d/s\xc3\xbc"
+	                                "b dir/");
+	cis_s3_list_free(&l);
+	cr_assert_eq(cis_s3_xml_parse_list(plain, sizeof(plain) - 1, &l), 0);
+	cr_assert_str_eq(l.objects[0].key, "d/a+b%41");
+	cis_s3_list_free(&l);
+}
+
 Test(s3_xml, list_unknown_elements_and_missing_fields)
 {
 	const char *body = "<ns:ListBucketResult xmlns:ns=\"urn:x\">"
