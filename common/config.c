@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* Layers, lowest first. A value from a higher layer hides the lower ones. */
 enum layer { LAYER_FILE, LAYER_ENV, LAYER_FLAG, LAYER_COUNT };
@@ -111,8 +112,14 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 	char line[4096];
 	int lineno = 0, r = 0;
 
+	struct stat st;
+
 	if (!f)
 		return cis_fail(em, -CIS_E_CONFIG, "config %s: %s", path, strerror(errno));
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		return cis_fail(em, -CIS_E_CONFIG, "config %s: is a directory", path);
+	}
 	while (fgets(line, sizeof(line), f)) {
 		char *s, *eq, *key, *value;
 		size_t idx, vlen;
@@ -150,6 +157,8 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 		if (r)
 			break;
 	}
+	if (!r && ferror(f))
+		r = cis_fail(em, -CIS_E_CONFIG, "config %s: read failed", path);
 	fclose(f);
 	return r;
 }
@@ -469,16 +478,23 @@ const char *cis_config_pos(const cis_config *cfg, size_t i)
 	return i < cfg->npos ? cfg->pos[i] : NULL;
 }
 
-/* A non-negative decimal with an optional fraction, then the unit text. */
+/* A non-negative decimal, digits with an optional fraction ("1.5"; no
+ * sign, exponent or hex, which strtod would take), then the unit text. */
 static int parse_number(const char *s, double *num, const char **unit)
 {
+	const char *p = s;
 	char *end;
 
-	if (!isdigit((unsigned char)*s))
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (p == s)
 		return -EINVAL;
+	if (*p == '.' && isdigit((unsigned char)p[1]))
+		for (p++; isdigit((unsigned char)*p); p++)
+			;
 	errno = 0;
 	*num = strtod(s, &end);
-	if (errno || end == s || !isfinite(*num))
+	if (errno || end != p || !isfinite(*num))
 		return -EINVAL;
 	*unit = end;
 	return 0;
@@ -488,8 +504,8 @@ int cis_parse_size(const char *s, uint64_t *out)
 {
 	static const char units[] = "BKMGTP";
 	const char *unit;
-	double num, mult = 1;
-	int r = parse_number(s, &num, &unit);
+	double num;
+	int shift = 0, r = parse_number(s, &num, &unit);
 
 	if (r)
 		return r;
@@ -497,7 +513,7 @@ int cis_parse_size(const char *s, uint64_t *out)
 		const char *u = strchr(units, toupper((unsigned char)*unit));
 		if (!u)
 			return -EINVAL;
-		mult = ldexp(1.0, 10 * (int)(u - units));
+		shift = 10 * (int)(u - units);
 		unit++;
 		if (u != units) {
 			if (strcasecmp(unit, "ib") == 0 || strcasecmp(unit, "b") == 0)
@@ -506,7 +522,18 @@ int cis_parse_size(const char *s, uint64_t *out)
 		if (*unit)
 			return -EINVAL;
 	}
-	num *= mult;
+	if (!memchr(s, '.', (size_t)(unit - s))) {
+		/* Whole: exact (a double would round past 2^53). */
+		errno = 0;
+		unsigned long long v = strtoull(s, NULL, 10);
+		if (errno == ERANGE || (shift && v > (UINT64_MAX >> shift)))
+			return -ERANGE;
+		*out = (uint64_t)v << shift;
+		return 0;
+	}
+	if (shift == 0)
+		return -EINVAL; /* a fraction of a byte */
+	num = ldexp(num, shift);
 	if (num >= 18446744073709551615.0)
 		return -ERANGE;
 	*out = (uint64_t)num;

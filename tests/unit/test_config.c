@@ -114,6 +114,10 @@ Test(config, errors_are_clear)
 	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), -CIS_E_CONFIG);
 	cr_assert(strstr(em.text, ":1: expected key = value") != NULL, "%s", em.text);
 	unlink(path);
+	/* A directory given as the file (it used to load as an empty one). */
+	badfile[2] = "/tmp";
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "/tmp: is a directory") != NULL, "%s", em.text);
 	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badint, 1, &em), 0);
 	cr_assert_eq(cis_config_int(cfg, "rpc-port", 1, 65535, &v, &em), -CIS_E_CONFIG);
 	cr_assert(strstr(em.text, "70000") != NULL);
@@ -148,6 +152,21 @@ Test(parse, sizes)
 	cr_assert_eq(cis_parse_size("12X", &v), -EINVAL);
 	cr_assert_eq(cis_parse_size("1Gx", &v), -EINVAL);
 	cr_assert_eq(cis_parse_size("99999999999P", &v), -ERANGE);
+	/* Only digits with an optional fraction (strtod would take these). */
+	cr_assert_eq(cis_parse_size("0x10", &v), -EINVAL);
+	cr_assert_eq(cis_parse_size("0x1p20", &v), -EINVAL);
+	cr_assert_eq(cis_parse_size("1e3M", &v), -EINVAL);
+	cr_assert_eq(cis_parse_size("1.", &v), -EINVAL);
+	cr_assert_eq(cis_parse_size(" 1", &v), -EINVAL);
+	/* Whole numbers are exact past 2^53 (cookies and ids ride on this). */
+	cr_assert_eq(cis_parse_size("9007199254740993", &v), 0);
+	cr_assert_eq(v, 9007199254740993ull);
+	cr_assert_eq(cis_parse_size("18446744073709551615", &v), 0);
+	cr_assert_eq(v, UINT64_MAX);
+	cr_assert_eq(cis_parse_size("16777216T", &v), -ERANGE);
+	/* A fraction of a byte is no size. */
+	cr_assert_eq(cis_parse_size("1.9", &v), -EINVAL);
+	cr_assert_eq(cis_parse_size("1.5B", &v), -EINVAL);
 }
 
 Test(parse, durations)
@@ -164,6 +183,10 @@ Test(parse, durations)
 	cr_assert_eq(v, 3600000);
 	cr_assert_eq(cis_parse_duration_ms("1w", &v), -EINVAL);
 	cr_assert_eq(cis_parse_duration_ms("m", &v), -EINVAL);
+	cr_assert_eq(cis_parse_duration_ms("0x10", &v), -EINVAL);
+	cr_assert_eq(cis_parse_duration_ms("1e3", &v), -EINVAL);
+	cr_assert_eq(cis_parse_duration_ms("1.5s", &v), 0);
+	cr_assert_eq(v, 1500);
 }
 
 Test(parse, hostport)
