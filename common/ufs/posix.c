@@ -90,6 +90,11 @@ static int posix_open(const char *rest, const cis_kvlist *options, void **state,
 	opt = options ? cis_kvlist_get(options, "fsync") : NULL;
 	if (opt && (strcmp(opt, "false") == 0 || strcmp(opt, "0") == 0))
 		s->fsync = false;
+	else if (opt && strcmp(opt, "true") != 0 && strcmp(opt, "1") != 0) {
+		free(s->root);
+		free(s);
+		return cis_fail(em, -CIS_E_CONFIG, "fsync=%s: want true or false", opt);
+	}
 	*state = s;
 	return 0;
 }
@@ -719,8 +724,11 @@ static int posix_delete(void *state, const char *path, cis_errmsg *em)
 	return err;
 }
 
+static const char *const posix_options[] = {"fsync", NULL};
+
 const cis_ufs_ops cis_ufs_posix_ops = {
     .scheme = "file",
+    .options = posix_options,
     .open = posix_open,
     .close = posix_close,
     .check = posix_check,

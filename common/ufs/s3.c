@@ -1664,8 +1664,13 @@ static int s3_delete(void *state, const char *path, cis_errmsg *em)
 	return rc;
 }
 
+static const char *const s3_options[] = {
+    "endpoint", "region",          "path_style", "verify_tls", "ca_bundle",     "part_size",
+    "timeout",  "connect_timeout", "access_key", "secret_key", "session_token", NULL};
+
 const cis_ufs_ops cis_ufs_s3_ops = {
     .scheme = "s3",
+    .options = s3_options,
     .open = s3_open,
     .close = s3_close,
     .check = s3_check,

@@ -125,6 +125,29 @@ static int uri_split(const char *uri, const char *shown, char *scheme, const cha
 	return 0;
 }
 
+/* Every option key is one the backend knows. */
+static int check_options(const cis_ufs_ops *ops, const cis_kvlist *options, cis_errmsg *em)
+{
+	for (size_t i = 0; options && i < options->n; i++) {
+		const char *k = options->items[i].key;
+		bool known = false;
+
+		for (size_t j = 0; ops->options[j] && !known; j++)
+			known = strcmp(ops->options[j], k) == 0;
+		if (known)
+			continue;
+		char list[512] = "";
+		for (size_t j = 0; ops->options[j]; j++) {
+			if (j)
+				strncat(list, ", ", sizeof(list) - strlen(list) - 1);
+			strncat(list, ops->options[j], sizeof(list) - strlen(list) - 1);
+		}
+		return cis_fail(em, -CIS_E_CONFIG, "%s:// has no option '%s' (it knows: %s)",
+		                ops->scheme, k, list);
+	}
+	return 0;
+}
+
 int cis_ufs_open(const char *uri, const cis_kvlist *options, cis_ufs **out, cis_errmsg *em)
 {
 	char scheme[UFS_SCHEME_MAX];
@@ -159,6 +182,9 @@ int cis_ufs_open(const char *uri, const cis_kvlist *options, cis_ufs **out, cis_
 		goto out_free_uri;
 	}
 	u->ops = ops;
+	err = check_options(ops, options, em);
+	if (err)
+		goto out_free_uri;
 	err = ops->open(rest, options, &u->state, em);
 	if (err)
 		goto out_free_uri;

@@ -204,6 +204,31 @@ Test(dispatch, bad_uris)
 	cr_expect(strstr(em.text, "absolute"), "message: %s", em.text);
 }
 
+/* An option the connector does not know is refused, naming it and what it
+ * knows (a misspelt endpoint would send requests to AWS); so is an fsync
+ * it cannot read. */
+Test(dispatch, unknown_options_refused)
+{
+	cis_kvlist o = CIS_KVLIST_INIT;
+	cis_errmsg em = {{0}};
+	cis_ufs *u = NULL;
+
+	cr_assert_eq(cis_kvlist_set(&o, "endpiont", "http://127.0.0.1:9"), 0);
+	cr_expect_eq(cis_ufs_open("s3://bucket/p", &o, &u, &em), -CIS_E_CONFIG);
+	cr_expect_null(u);
+	cr_expect(strstr(em.text, "s3:// has no option 'endpiont' (it knows: endpoint, region"),
+	          "message: %s", em.text);
+	cis_kvlist_free(&o);
+	cr_assert_eq(cis_kvlist_set(&o, "fsync", "no"), 0);
+	cr_expect_eq(cis_ufs_open("file:///tmp", &o, &u, &em), -CIS_E_CONFIG);
+	cr_expect(strstr(em.text, "fsync=no"), "message: %s", em.text);
+	cis_kvlist_free(&o);
+	cr_assert_eq(cis_kvlist_set(&o, "fsync", "false"), 0);
+	cr_expect_eq(cis_ufs_open("file:///tmp", &o, &u, &em), 0, "%s", em.text);
+	cis_ufs_close(u);
+	cis_kvlist_free(&o);
+}
+
 Test(dispatch, uri_hides_credentials)
 {
 	cis_errmsg em = {{0}};

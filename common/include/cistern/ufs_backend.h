@@ -7,6 +7,9 @@
 
 typedef struct cis_ufs_ops {
 	const char *scheme; /* "s3", "file" */
+	/* The option keys it knows, NULL-terminated: cis_ufs_open refuses any
+	 * other (a misspelt endpoint must not send requests elsewhere). */
+	const char *const *options;
 	/* rest: the URI after "scheme://". Fills *state. */
 	int (*open)(const char *rest, const cis_kvlist *options, void **state, cis_errmsg *em);
 	void (*close)(void *state);
