@@ -57,7 +57,8 @@ typedef struct wrk_block {
 	int refs;
 	bool pinned;
 	bool verified;
-	bool doomed; /* drop when the last reference goes */
+	bool verifying; /* a wrk_bs_verify reads it now; others wait (verify_cv) */
+	bool doomed;    /* drop when the last reference goes */
 } wrk_block;
 
 typedef struct bs_dir {
@@ -77,6 +78,7 @@ typedef struct bs_dir {
 struct wrk_bs {
 	wrk *w;
 	pthread_mutex_t mu;
+	pthread_cond_t verify_cv; /* a block's verifying went false */
 	bs_dir dirs[WRK_MAX_DIRS];
 	int ndirs;
 	wrk_block **table;
@@ -688,7 +690,7 @@ int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
 	return busy ? -EBUSY : 0;
 }
 
-int wrk_bs_verify(wrk_bs *bs, cis_block_id id)
+int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again)
 {
 	wrk_blk_info info;
 	cis_checksum *cs;
@@ -699,6 +701,22 @@ int wrk_bs_verify(wrk_bs *bs, cis_block_id id)
 
 	if (wrk_bs_acquire(bs, id, false, &info) < 0)
 		return -ENOENT;
+	/* One read of the block at a time: readers of one block after a
+	 * restart wait for the first one's verdict instead of each reading
+	 * the whole block again. */
+	pthread_mutex_lock(&bs->mu);
+	while (info.blk->verifying)
+		pthread_cond_wait(&bs->verify_cv, &bs->mu);
+	bool settled = info.blk->doomed || (info.blk->verified && !again);
+	if (!settled)
+		info.blk->verifying = true;
+	rc = info.blk->doomed ? -ENOENT : 0; /* the other verify failed it */
+	pthread_mutex_unlock(&bs->mu);
+	if (settled) {
+		wrk_bs_release(bs, info.blk);
+		return rc;
+	}
+	cis_counter_inc(bs->w->m.verified_blocks);
 	cs = cis_checksum_new();
 	buf = malloc(1 << 20);
 	if (!cs || !buf) {
@@ -733,13 +751,17 @@ out_close:
 out_release:
 	free(buf);
 	cis_checksum_free(cs);
-	if (rc == 0) {
-		pthread_mutex_lock(&bs->mu);
+	bool bad = rc == -CIS_E_CHECKSUM || rc == -ENOENT;
+	if (bad)
+		wrk_bs_drop(bs, id, rc == -ENOENT ? "file missing" : "checksum mismatch");
+	pthread_mutex_lock(&bs->mu);
+	if (rc == 0)
 		info.blk->verified = true;
-		pthread_mutex_unlock(&bs->mu);
-	}
+	info.blk->verifying = false;
+	pthread_cond_broadcast(&bs->verify_cv);
+	pthread_mutex_unlock(&bs->mu);
 	wrk_bs_release(bs, info.blk);
-	if (rc == -CIS_E_CHECKSUM || rc == -ENOENT) {
+	if (bad) {
 		char hex[CIS_BLOCK_ID_HEX];
 
 		cis_block_id_fmt(id, hex);
@@ -748,7 +770,6 @@ out_release:
 		cis_log_limited(CIS_LOG_WARN, "worker:verify", 10,
 		                "cached block failed verification", "block=%s path=%s err=\"%s\"",
 		                hex, info.path, cis_strerror(rc));
-		wrk_bs_drop(bs, id, rc == -ENOENT ? "file missing" : "checksum mismatch");
 	}
 	return rc;
 }
@@ -1087,6 +1108,7 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 	bs->w = w;
 	bs->lock_fd = -1;
 	pthread_mutex_init(&bs->mu, NULL);
+	pthread_cond_init(&bs->verify_cv, NULL);
 	bs->nbuckets = 1024;
 	bs->table = calloc(bs->nbuckets, sizeof(*bs->table));
 	if (!bs->table) {
@@ -1210,5 +1232,6 @@ void wrk_bs_close(wrk_bs *bs)
 	close(bs->lock_fd);
 	free(bs->table);
 	pthread_mutex_destroy(&bs->mu);
+	pthread_cond_destroy(&bs->verify_cv);
 	free(bs);
 }

@@ -1291,21 +1291,14 @@ static void run_direct(wrk_fx *fx, job *j)
 /* ---- threads ---- */
 
 /* Verify a cached block for a reader, unless another reader's verify got
- * there first (readers of one block after a restart queue one each). A
- * block that fails, or whose file cannot be read, is dropped (wrk_bs_verify
- * drops it for a mismatch or a missing file), unless the process is only
- * short of descriptors or memory: then the block stays and the error is
- * the reader's. */
+ * there first or is under way (readers of one block after a restart queue
+ * one each; wrk_bs_verify lets one read it). A block that fails, or whose
+ * file cannot be read, is dropped (wrk_bs_verify drops it for a mismatch
+ * or a missing file), unless the process is only short of descriptors or
+ * memory: then the block stays and the error is the reader's. */
 static int verify_once(wrk *w, cis_block_id id)
 {
-	wrk_blk_info info;
-	if (wrk_bs_acquire(w->bs, id, false, &info) == 0) {
-		bool done = info.verified;
-		wrk_bs_release(w->bs, info.blk);
-		if (done)
-			return 0;
-	}
-	int rc = wrk_bs_verify(w->bs, id);
+	int rc = wrk_bs_verify(w->bs, id, false);
 	if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM && !wrk_short_of_resources(-rc))
 		wrk_bs_drop(w->bs, id, cis_strerror(rc));
 	return rc;

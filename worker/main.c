@@ -120,6 +120,10 @@ static void metrics_init(wrk *w)
 	                        "cached blocks that failed their checksum");
 	k->scrubbed = cis_metrics_counter(m, "cistern_worker_scrubbed_blocks_total", NULL,
 	                                  "blocks checked by the scrubber");
+	k->verified_blocks =
+	    cis_metrics_counter(m, "cistern_worker_verified_blocks_total", NULL,
+	                        "cached blocks read whole to check their checksum (first read "
+	                        "after a restart, scrub)");
 	k->disk_errors = cis_metrics_counter(m, "cistern_worker_disk_errors_total", NULL,
 	                                     "cache dir I/O failures");
 	k->direct_reads = cis_metrics_counter(m, "cistern_worker_direct_reads_total", NULL,

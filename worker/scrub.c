@@ -17,7 +17,7 @@ bool wrk_scrub_step(wrk *w, cis_block_id *cursor, bool *started)
 	}
 	*started = true;
 	*cursor = id;
-	rc = wrk_bs_verify(w->bs, id);
+	rc = wrk_bs_verify(w->bs, id, true);
 	if (rc == 0 || rc == -CIS_E_CHECKSUM)
 		cis_counter_inc(w->m.scrubbed);
 	return true;

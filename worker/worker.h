@@ -87,7 +87,7 @@ typedef struct wrk_metrics {
 	cis_counter *peer_bytes;
 	cis_histogram *fetch_seconds;
 	cis_counter *evictions, *evicted_bytes;
-	cis_counter *checksum_failures, *scrubbed;
+	cis_counter *checksum_failures, *scrubbed, *verified_blocks;
 	cis_counter *disk_errors, *direct_reads, *bad_requests;
 	cis_counter *single_flight_joins;
 	/* Requests by message type, CIS_MSG_WORKER_FIRST on; the last counts
@@ -180,8 +180,11 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
  * fds already open. 0, -EBUSY (dropped, was in use) or -ENOENT. */
 int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);
 /* Read the block's file and compare its checksum. 0 (now verified),
- * -CIS_E_CHECKSUM or -ENOENT (both: dropped), or another local error. */
-int wrk_bs_verify(wrk_bs *bs, cis_block_id id);
+ * -CIS_E_CHECKSUM or -ENOENT (both: dropped), or another local error.
+ * One verify of a block runs at a time; another waits for its verdict,
+ * and then reads the block again only if again (the scrubber) or if that
+ * verify did not settle it (failed for lack of memory, say). */
+int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again);
 /* 0, -ENOENT. */
 int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin);
 /* Note a local I/O failure on dir (ENOSPC, EROFS, EIO, ENOENT of the dir). */

@@ -4,6 +4,8 @@
  * the persisted worker id. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -35,6 +37,7 @@ static void setup(void)
 	w.m.evictions = cis_metrics_counter(w.metrics, "e", NULL, "e");
 	w.m.evicted_bytes = cis_metrics_counter(w.metrics, "eb", NULL, "eb");
 	w.m.checksum_failures = cis_metrics_counter(w.metrics, "c", NULL, "c");
+	w.m.verified_blocks = cis_metrics_counter(w.metrics, "v", NULL, "v");
 	w.m.disk_errors = cis_metrics_counter(w.metrics, "d", NULL, "d");
 }
 
@@ -173,6 +176,11 @@ Test(worker_blockstore, full_of_pinned_blocks_is_enospc)
 	wrk_bs_close(bs);
 }
 
+static void *verify_thread(void *arg)
+{
+	return (void *)(intptr_t)wrk_bs_verify(arg, bid(0), false);
+}
+
 Test(worker_blockstore, reopen_reconciles_and_verifies)
 {
 	wrk_bs *bs = open_bs(10000);
@@ -217,12 +225,25 @@ Test(worker_blockstore, reopen_reconciles_and_verifies)
 	cr_assert(!info.verified, "unverified after a restart");
 	cr_assert(!info.pinned);
 	wrk_bs_release(bs, info.blk);
-	cr_assert_eq(wrk_bs_verify(bs, bid(0)), 0);
+	/* Eight readers of the unverified block at once: one reads it, the
+	 * rest take its verdict; a scrub reads it again. */
+	pthread_t t[8];
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, verify_thread, bs), 0);
+	for (int i = 0; i < 8; i++) {
+		void *rc;
+		pthread_join(t[i], &rc);
+		cr_assert_eq((intptr_t)rc, 0);
+	}
+	cr_assert_eq(cis_counter_get(w.m.verified_blocks), 1, "%llu reads to verify one block",
+	             (unsigned long long)cis_counter_get(w.m.verified_blocks));
 	cr_assert_eq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
 	cr_assert(info.verified);
 	wrk_bs_release(bs, info.blk);
+	cr_assert_eq(wrk_bs_verify(bs, bid(0), true), 0);
+	cr_assert_eq(cis_counter_get(w.m.verified_blocks), 2);
 
-	cr_assert_eq(wrk_bs_verify(bs, bid(2)), -CIS_E_CHECKSUM);
+	cr_assert_eq(wrk_bs_verify(bs, bid(2), true), -CIS_E_CHECKSUM);
 	cr_assert(!wrk_bs_has(bs, bid(2)), "corrupted block kept");
 	cr_assert_eq(cis_counter_get(w.m.checksum_failures), 1);
 
