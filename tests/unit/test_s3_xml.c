@@ -114,7 +114,8 @@ Test(s3_xml, list_url_encoded_keys_decoded)
 
 	cr_assert_eq(cis_s3_xml_parse_list(x, sizeof(x) - 1, &l), 0);
 	cr_assert_eq(l.n_objects, 4);
-	cr_assert_str_eq(l.objects[0].key, "d/a\x01" "b");
+	cr_assert_str_eq(l.objects[0].key, "d/a\x01"
+	                                   "b");
 	cr_assert_str_eq(l.objects[1].key, "d/cr\rx");
 	cr_assert_str_eq(l.objects[2].key, "d/sp ace+plus");
 	cr_assert_str_eq(l.objects[3].key, "");
