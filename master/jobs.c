@@ -1485,10 +1485,9 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 
 /* Whether a load's blocks are still wanted: while it runs, and after it
  * finished for its TTL (forever without one). */
-static bool load_live(mst_master *m, json_t *o, int64_t now_ns)
+static bool load_live(mst_master *m, json_t *o, const char *path, int64_t now_ns)
 {
 	const char *st = json_string_value(json_object_get(o, "state"));
-	const char *path = json_string_value(json_object_get(o, "path"));
 	int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
 	if (!st || !path)
 		return false;
@@ -1505,28 +1504,83 @@ enum newer_load { NEWER_NONE, NEWER_COVERS, NEWER_WAIT };
  * old's path or above it (its own expiry frees old's blocks too), or one
  * still running, or one inside old's path (old's free would take its
  * blocks: it waits). */
-static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, int64_t now_ns)
+static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, const char *path,
+                                  int64_t now_ns)
 {
 	json_int_t id = json_integer_value(json_object_get(old, "id"));
-	const char *path = json_string_value(json_object_get(old, "path"));
 	enum newer_load r = NEWER_NONE;
 	size_t i;
 	json_t *o;
 	json_array_foreach(all, i, o)
 	{
 		const char *type = json_string_value(json_object_get(o, "type"));
-		const char *p = json_string_value(json_object_get(o, "path"));
 		if (json_integer_value(json_object_get(o, "id")) <= id || !type ||
-		    strcmp(type, "load") || !p || !load_live(m, o, now_ns))
+		    strcmp(type, "load"))
 			continue;
-		bool running =
-		    !strcmp(json_string_value(json_object_get(o, "state")) ?: "", "running");
-		if (path_within(p, path) && !running)
-			return NEWER_COVERS;
-		if (path_within(p, path) || path_within(path, p))
-			r = NEWER_WAIT; /* a running one may yet fail or be cancelled */
+		char *p = get_path(o, "path");
+		if (p && load_live(m, o, p, now_ns)) {
+			bool running = !strcmp(json_string_value(json_object_get(o, "state")) ?: "",
+			                       "running");
+			if (path_within(p, path) && !running)
+				r = NEWER_COVERS;
+			else if (r != NEWER_COVERS &&
+			         (path_within(p, path) || path_within(path, p)))
+				r = NEWER_WAIT; /* a running one may yet fail or be cancelled */
+		}
+		free(p);
+		if (r == NEWER_COVERS)
+			break;
 	}
 	return r;
+}
+
+/* Expire the finished load o of path if its TTL has passed: mark it, and
+ * free its blocks unless a newer load still wants them. */
+static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, int64_t fin,
+                       int64_t now_ns, uint64_t *started)
+{
+	mst_policy pol;
+	if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0 ||
+	    fin + pol.ttl_s * 1000000000LL > now_ns)
+		return;
+	enum newer_load newer = newer_load(m, all, o, path, now_ns);
+	if (newer == NEWER_WAIT)
+		return; /* decided once that one ends or expires */
+	uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
+	/* mark first: a crash between the two leaves blocks cached, never
+	 * frees twice */
+	struct mst_jobs *js = m->jobs;
+	bool marked = false;
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->id == id) {
+			j->expired = true;
+			job_save(j);
+			marked = true;
+		}
+	pthread_mutex_unlock(&js->lock);
+	if (!marked) {
+		json_object_set_new(o, "expired", json_true());
+		json_t *full = record_get(m, id);
+		if (full) {
+			json_object_set_new(full, "expired", json_true());
+			record_put(m, id, full);
+			json_decref(full);
+		}
+	}
+	if (newer == NEWER_COVERS) {
+		cis_info("ttl expired, blocks kept for a newer load", "path=%s load_job=%llu", path,
+		         (unsigned long long)id);
+		return;
+	}
+	mst_job_req r = {.type = "free", .path = path};
+	uint64_t fid;
+	cis_errmsg em = {{0}};
+	if (mst_job_submit(m, &r, &fid, &em) == 0) {
+		(*started)++;
+		cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", path,
+		         (unsigned long long)id, (unsigned long long)fid);
+	}
 }
 
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
@@ -1539,53 +1593,14 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 	{
 		const char *type = json_string_value(json_object_get(o, "type"));
 		const char *st = json_string_value(json_object_get(o, "state"));
-		const char *path = json_string_value(json_object_get(o, "path"));
 		int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
-		if (!type || strcmp(type, "load") || !st || strcmp(st, "done") || !path || !fin ||
+		if (!type || strcmp(type, "load") || !st || strcmp(st, "done") || !fin ||
 		    json_is_true(json_object_get(o, "expired")))
 			continue;
-		mst_policy pol;
-		if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0 ||
-		    fin + pol.ttl_s * 1000000000LL > now_ns)
-			continue;
-		enum newer_load newer = newer_load(m, all, o, now_ns);
-		if (newer == NEWER_WAIT)
-			continue; /* decided once that one ends or expires */
-		uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
-		/* mark first: a crash between the two leaves blocks cached, never
-		 * frees twice */
-		struct mst_jobs *js = m->jobs;
-		bool marked = false;
-		pthread_mutex_lock(&js->lock);
-		for (struct job *j = js->list; j; j = j->next)
-			if (j->id == id) {
-				j->expired = true;
-				job_save(j);
-				marked = true;
-			}
-		pthread_mutex_unlock(&js->lock);
-		if (!marked) {
-			json_object_set_new(o, "expired", json_true());
-			json_t *full = record_get(m, id);
-			if (full) {
-				json_object_set_new(full, "expired", json_true());
-				record_put(m, id, full);
-				json_decref(full);
-			}
-		}
-		if (newer == NEWER_COVERS) {
-			cis_info("ttl expired, blocks kept for a newer load",
-			         "path=%s load_job=%llu", path, (unsigned long long)id);
-			continue;
-		}
-		mst_job_req r = {.type = "free", .path = path};
-		uint64_t fid;
-		cis_errmsg em = {{0}};
-		if (mst_job_submit(m, &r, &fid, &em) == 0) {
-			(*started)++;
-			cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", path,
-			         (unsigned long long)id, (unsigned long long)fid);
-		}
+		char *path = get_path(o, "path"); /* any bytes: hex in the record */
+		if (path)
+			expire_one(m, all, o, path, fin, now_ns, started);
+		free(path);
 	}
 	json_decref(all);
 	return 0;

@@ -470,6 +470,29 @@ Test(jobs, ttl_frees_after_the_load)
 	json_decref(all);
 }
 
+/* A load of a path that is not UTF-8 (kept in hex in its record) expires
+ * by its TTL like any other (it used to be passed over for good). */
+Test(jobs, ttl_frees_a_load_of_a_path_not_utf8)
+{
+	cis_errmsg em = {{0}};
+	char dir[sizeof(store) + 8];
+	snprintf(dir, sizeof(dir), "%s/d\xff", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, "f.bin", "ab");
+	mst_job_req r = {.type = "load", .path = "/m/d\xff", .metadata_only = true};
+	uint64_t id, started;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1, "a free job for the load's path");
+	json_t *all = mst_jobs_json(m);
+	json_t *last = json_array_get(all, json_array_size(all) - 1);
+	cr_assert_str_eq(str(last, "type"), "free");
+	cr_assert_str_eq(str(last, "path_hex"), "2f6d2f64ff");
+	json_decref(all);
+}
+
 /* An older load's TTL does not free what a newer load brings in: one still
  * running (inside the path or over it) makes the free wait, one that ended
  * cancelled does not, and a finished one over the path takes the blocks
