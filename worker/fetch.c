@@ -23,8 +23,8 @@
  * ranges 0.8 of the throughput of 16 MiB ones), on top of the saved
  * request latency and per-request cost of a cloud store.
  *
- * Every fill gathers what the store sends (16 KiB at a time from a
- * socket) in the thread's stage and writes it out in large pieces: one
+ * Every fill gathers what the store sends (up to 256 KiB at a time, the
+ * S3 connector's receive buffer) in the thread's stage and writes it out in large pieces: one
  * pwrite for sixteen, and the page cache takes 1 GiB in 256 KiB writes for
  * about half the system time of 16 KiB ones on the benchmark machine (0.3
  * s against 0.6-0.8 s). A fill readers wait on writes its stage through

@@ -237,7 +237,7 @@ int main(int argc, char **argv)
 	cis_errmsg em = {{0}};
 	wrk_dir_cfg dirs[WRK_MAX_DIRS];
 	char *dir_paths[WRK_MAX_DIRS] = {NULL};
-	wrk_static_mount mounts[64];
+	wrk_static_mount mounts[WRK_MAX_STATIC_MOUNTS];
 	int nmounts = 0;
 	const char *const *vals;
 	size_t nv;
@@ -288,7 +288,9 @@ int main(int argc, char **argv)
 		cis_die("--low-watermark must not be above --high-watermark");
 
 	nv = cis_config_multi(cfg, "mount", &vals);
-	for (size_t i = 0; i < nv && nmounts < 64; i++) {
+	if (nv > WRK_MAX_STATIC_MOUNTS)
+		cis_die("--mount: at most %d", WRK_MAX_STATIC_MOUNTS);
+	for (size_t i = 0; i < nv; i++) {
 		const char *eq = strchr(vals[i], '=');
 		char *end;
 

@@ -32,16 +32,17 @@
 #include "cistern/proto/common.pb-c.h"
 #include "cistern/proto/worker.pb-c.h"
 
-#define WRK_MAX_DIRS        32
-#define WRK_MAX_BLOCK_SIZE  (1ull << 30) /* largest block size accepted */
-#define WRK_MAX_KEY         4096
-#define WRK_STREAM_CHUNK    (4u << 20)   /* data per reply frame */
-#define WRK_STREAM_MIN      (256u << 10) /* send a streamed frame once this much is in */
-#define WRK_MAX_BATCH       65536        /* blocks per Prefetch/Load/Free/Pin request */
-#define WRK_DEFAULT_LEASE   30000
-#define WRK_MAX_LEASE       600000
-#define WRK_MAX_LEASES      262144
-#define WRK_MAX_LEASE_BATCH 4095 /* more_lease_ids in one renew or release */
+#define WRK_MAX_DIRS          32
+#define WRK_MAX_STATIC_MOUNTS 64           /* --mount, a standalone worker's mounts */
+#define WRK_MAX_BLOCK_SIZE    (1ull << 30) /* largest block size accepted */
+#define WRK_MAX_KEY           4096
+#define WRK_STREAM_CHUNK      (4u << 20)   /* data per reply frame */
+#define WRK_STREAM_MIN        (256u << 10) /* send a streamed frame once this much is in */
+#define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
+#define WRK_DEFAULT_LEASE     30000
+#define WRK_MAX_LEASE         600000
+#define WRK_MAX_LEASES        262144
+#define WRK_MAX_LEASE_BATCH   4095 /* more_lease_ids in one renew or release */
 
 typedef struct wrk wrk;
 typedef struct wrk_bs wrk_bs;
