@@ -9,6 +9,10 @@
 static const cis_opt mount_opts[] = {
     {"option", "KEY=VALUE", NULL, "connector option (endpoint, region, access_key, ...)", true,
      'o'},
+    {"option-env", "KEY=VAR", NULL,
+     "connector option whose value is in environment variable VAR (credentials stay out of "
+     "the command line)",
+     true, 0},
     {"readonly", NULL, NULL, "mount read-only", false, 0},
     {"sync-interval", "DURATION", NULL, "re-list directories older than this (300, 5m)", false, 0},
     {"block-size", "SIZE", NULL, "block size (default 4M)", false, 0},
@@ -22,8 +26,10 @@ int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
 	json_t *opts, *body, *out;
 	const char *const *vals;
 	char *path, what[600];
-	int rc = cli_parse(mount_opts, "cistern mount PATH URI [--option K=V]... [--readonly]",
-	                   argc, argv, &cfg);
+	int rc = cli_parse(
+	    mount_opts,
+	    "cistern mount PATH URI [--option K=V]... [--option-env K=VAR]... [--readonly]", argc,
+	    argv, &cfg);
 	if (rc || !cfg)
 		return rc;
 	if (cis_config_npos(cfg) != 2) {
@@ -47,6 +53,21 @@ int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
 		char key[128];
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - vals[i]), vals[i]);
 		json_object_set_new(opts, key, json_string(eq + 1));
+	}
+	n = cis_config_multi(cfg, "option-env", &vals);
+	for (size_t i = 0; i < n; i++) {
+		const char *eq = strchr(vals[i], '=');
+		const char *v = eq && eq != vals[i] && eq[1] ? getenv(eq + 1) : NULL;
+		if (!v) {
+			fprintf(stderr, "cistern: %s: --option-env %s: %s\n", what, vals[i],
+			        eq && eq != vals[i] && eq[1] ? "no such environment variable"
+			                                     : "needs KEY=VAR");
+			rc = CLI_E_USAGE;
+			goto out_opts;
+		}
+		char key[128];
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - vals[i]), vals[i]);
+		json_object_set_new(opts, key, json_string(v));
 	}
 	body = json_pack("{s:s, s:s, s:O, s:b}", "path", path, "uri", cis_config_pos(cfg, 1),
 	                 "options", opts, "read_only", cis_config_bool(cfg, "readonly"));

@@ -138,8 +138,15 @@ assert_contains "$out" "cistern: mount /s3: "
 assert_eq "$(printf '%s\n' "$out" | wc -l)" 1 "one-line error"
 out=$(cli mount /s3 "s3://no-such-bucket-cis/ds" "${opts[@]}" --option "secret_key=$SECRET") &&
 	fail "missing bucket accepted"
-cli mount /s3 "s3://$CIS_S3_BUCKET/ds" "${opts[@]}" --option "secret_key=$SECRET" \
-	--readonly --sync-interval 300 --block-size 1M >/dev/null
+# --option-env: the secret from the environment, never on a command line
+# (the Helm chart's mounts Job does this).
+out=$(cli mount /s3 "s3://$CIS_S3_BUCKET/ds" "${opts[@]}" --option-env secret_key=CIS_NO_SUCH_VAR) &&
+	fail "--option-env of a variable that is not set was accepted"
+assert_contains "$out" "--option-env secret_key=CIS_NO_SUCH_VAR: no such environment variable"
+CIS_SECRET_VAR=$SECRET cli mount /s3 "s3://$CIS_S3_BUCKET/ds" "${opts[@]}" \
+	--option-env secret_key=CIS_SECRET_VAR --readonly --sync-interval 300 --block-size 1M >/dev/null ||
+	fail "mount with --option-env failed"
+
 # Objects go in after the mount: s3rver answers a truncated
 # ListObjectsV2 (the connector's check uses max-keys=1) with a 500.
 s3put ds/x/one.bin 1111

@@ -44,7 +44,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "cistern.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
+
+{{/* A value as the daemons read it: YAML numbers reach templates as
+floats, which print in exponent form (6.8719476736e+10) that no Cistern
+parser takes; whole ones print as integers. */}}
+{{- define "cistern.str" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) }}{{ int64 . }}{{ else }}{{ toString . }}{{ end }}
 {{- end }}
 
 {{/* The master's Service name and the addresses clients use. */}}

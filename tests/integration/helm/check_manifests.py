@@ -175,13 +175,17 @@ class Checker:
                 if "configMapKeyRef" in vf and CRED_WORDS.search(e["name"]):
                     self.fail(obj, "%s: env %s comes from a ConfigMap" % (c["name"], e["name"]))
             text = " ".join((c.get("command") or []) + (c.get("args") or []))
-            for m in re.finditer(r"(%s)=(\S*)" % "|".join(CRED_OPTS), text):
-                val = m.group(2).strip("'\"")
-                ref = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", val)
-                var = ref and (ref.group(1) or ref.group(2))
+            for m in re.finditer(r"(--option-env\s+['\"]?)?(%s)=(\S*)" % "|".join(CRED_OPTS), text):
+                val = m.group(3).strip("'\"")
+                if m.group(1):  # --option-env KEY=VAR: the CLI reads VAR itself
+                    ref = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)", val)
+                    var = ref and ref.group(1)
+                else:
+                    ref = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", val)
+                    var = ref and (ref.group(1) or ref.group(2))
                 if not var or var not in secret_vars:
                     self.fail(obj, "%s: %s= in the command is not a Secret-backed variable" %
-                              (c["name"], m.group(1)))
+                              (c["name"], m.group(2)))
 
     # ---- component-specific ------------------------------------------------
     def master(self, obj):
