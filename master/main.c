@@ -62,7 +62,10 @@ static void http_api(void *ctx, cis_http_req *req)
 			goto out_q; /* the server replied 400 */
 	}
 	int status = mst_api_handle(m, method, cis_http_req_path(req), &q, body, &out);
-	cis_http_reply_json(req, status, out ? out : json_object());
+	if (!out && status / 100 == 2) /* json_pack failed: say so, never 200 {} */
+		cis_http_reply_error(req, 500, "the reply could not be built (out of memory?)");
+	else
+		cis_http_reply_json(req, status, out ? out : json_object());
 out_q:
 	cis_kvlist_free(&q);
 }

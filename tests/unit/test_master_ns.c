@@ -72,7 +72,7 @@ static int mount(const char *path, const char *dir, cis_errmsg *em)
 	char uri[400];
 	snprintf(uri, sizeof(uri), "file://%s", dir);
 	cis_kvlist opts = CIS_KVLIST_INIT;
-	cis_kvlist_set(&opts, "secret_key", "TOPSECRET123");
+	cis_kvlist_set(&opts, "fsync", "false");
 	mst_mount_req r = {.path = path, .uri = uri, .options = &opts, .sync_interval_ms = 0};
 	int rc = mst_mount_add(m, &r, NULL, em);
 	cis_kvlist_free(&opts);
@@ -639,10 +639,22 @@ Test(master, api_redacts_credentials_and_checks_input)
 	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
 	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/mounts", NULL, NULL, &out), 200);
 	char *s = json_dumps(out, 0);
-	cr_assert_null(strstr(s, "TOPSECRET123"), "%s", s);
-	cr_assert(strstr(s, "***"), "%s", s);
+	cr_assert(strstr(s, "\"fsync\": \"false\""), "%s", s);
 	free(s);
 	json_decref(out);
+	/* An S3 mount's credentials show as "***" (built by hand: the store
+	 * would be asked when mounting). */
+	mst_mount s3 = {.id = 9, .path = "/s3", .uri = "s3://b/p", .block_size = 4 << 20};
+	cis_kvlist_set(&s3.options, "region", "eu-west-1");
+	cis_kvlist_set(&s3.options, "secret_key", "TOPSECRET123");
+	out = mst_mount_json(&s3);
+	s = json_dumps(out, 0);
+	cr_assert_null(strstr(s, "TOPSECRET123"), "%s", s);
+	cr_assert(strstr(s, "\"secret_key\": \"***\""), "%s", s);
+	cr_assert(strstr(s, "\"region\": \"eu-west-1\""), "%s", s);
+	free(s);
+	json_decref(out);
+	cis_kvlist_free(&s3.options);
 
 	cr_assert_eq(mst_api_handle(m, "PUT", "/api/v1/mounts", NULL, NULL, &out), 405);
 	json_decref(out);
