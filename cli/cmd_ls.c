@@ -134,6 +134,20 @@ int cli_cmd_stat(cli_ctx *c, int argc, char **argv)
 	rc = cli_one_path(cfg, "stat", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
+	/* "stat /latest/" is the link's target, as the API has it: keep one
+	 * trailing slash (cli_one_path took them all off). */
+	const char *arg = cis_config_pos(cfg, 0);
+	size_t alen = strlen(arg), plen = strlen(path);
+	if (alen > 1 && arg[alen - 1] == '/' && strcmp(path, "/") != 0) {
+		char *p = realloc(path, plen + 2);
+		if (!p) {
+			fprintf(stderr, "cistern: %s: out of memory\n", what);
+			rc = -ENOMEM;
+			goto out_path;
+		}
+		path = p;
+		memcpy(path + plen, "/", 2);
+	}
 	rc = cli_api(c, "GET", "/api/v1/stat", path, NULL, NULL, &o, what);
 	if (!rc) {
 		if (cis_config_bool(cfg, "json")) {
@@ -176,6 +190,7 @@ int cli_cmd_stat(cli_ctx *c, int argc, char **argv)
 		}
 		json_decref(o);
 	}
+out_path:
 	free(path);
 out_cfg:
 	cis_config_free(cfg);

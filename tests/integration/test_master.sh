@@ -82,6 +82,12 @@ assert_eq "$rc" 1 "ls -R with a directory it cannot list"
 assert_contains "$out" "/rec/zz:" "ls -R went on past the failing directory"
 assert_contains "$out" "last.txt" "ls -R listed the directories after it"
 rm -rf "$ROOT/rec"
+# stat of a link shows the link; with a trailing slash, what it leads to.
+ln -s dir "$ROOT/latest"
+cli sync / >/dev/null
+assert_contains "$(cli stat /latest)" "type:     link"
+assert_contains "$(cli stat /latest/)" "type:     dir"
+rm "$ROOT/latest"
 cli sync / >/dev/null
 if cli mount /dir "file://$CIS_TMP/other" >/dev/null; then fail "a mount shadowed /dir"; fi
 
