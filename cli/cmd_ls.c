@@ -79,7 +79,10 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 		}
 		uint64_t next = (uint64_t)cli_jint(out, "next_cookie");
 		eof = rc || json_is_true(json_object_get(out, "eof"));
-		if (!eof && next <= cookie) {
+		/* The cookie is the page's last inode id, which need not grow
+		 * (pages go by name, ids by creation): only one that stays put
+		 * would loop. */
+		if (!eof && next == cookie) {
 			fprintf(stderr,
 			        "cistern: %s: the master's listing did not move on (cookie %" PRIu64
 			        ")\n",

@@ -102,6 +102,20 @@ for p in "${pids[@]}"; do wait "$p" || fail "a concurrent ls failed"; done
 for i in $(seq 8); do assert_eq "$(wc -l <"$CIS_TMP/ls.$i")" 50 "ls $i saw every file"; done
 assert_eq "$(($(metric cistern_master_store_lists_total) - before))" 1 "single flight"
 
+# ---- a directory of several pages gains a file that sorts early ----
+# The page cookie is the last entry's inode id, which need not grow from
+# page to page: ls must take every page all the same.
+mkdir -p "$ROOT/pages"
+(cd "$ROOT/pages" && touch $(seq -f 'f%04g' 0 2000))
+cli sync / >/dev/null
+assert_eq "$(cli ls /pages | wc -l)" 2001 "ls of three pages"
+touch "$ROOT/pages/f0998a"
+cli sync /pages >/dev/null
+out=$(cli ls /pages) || fail "ls after a file was added mid-way failed: $(printf '%s\n' "$out" | tail -1)"
+assert_eq "$(printf '%s\n' "$out" | wc -l)" 2002 "ls took every page"
+rm -rf "$ROOT/pages"
+cli sync / >/dev/null
+
 # ---- sync after add / overwrite / delete ----
 ino=$(cli stat --json /a.txt | python3 -c 'import json,sys; print(json.load(sys.stdin)["inode"])')
 echo "a longer hello" >"$ROOT/a.txt"
@@ -232,11 +246,15 @@ done
 before=$(metric cistern_master_store_lists_total)
 ahead0=$(metric cistern_master_lists_ahead_total)
 ahead() { echo $(($(metric cistern_master_lists_ahead_total) - ahead0)); }
+# For wait_for, which runs its command again and again (a "$(...)" in its
+# arguments would be worked out once, before the wait).
+ahead_at_least() { [ "$(ahead)" -ge "$1" ]; }
+lists_since_at_least() { [ "$(($(metric cistern_master_store_lists_total) - $1))" -ge "$2" ]; }
 # Syncing / finds walk/ new: it (one level below the listing asked for)
 # and its 3 subdirectories (two levels) are listed ahead; theirs, three
 # levels below, are left for whoever asks.
 cli sync / >/dev/null
-wait_for 20 test "$(ahead)" -ge 4
+wait_for 20 ahead_at_least 4
 sleep 0.5
 assert_eq "$(ahead)" 4 "listed ahead: two levels"
 lists=$(metric cistern_master_store_lists_total)
@@ -249,7 +267,7 @@ assert_eq "$(metric cistern_master_store_lists_total)" "$lists" "a walk finds th
 # either way every directory is listed once.
 out=$(cli ls -R /walk)
 assert_contains "$out" "f.txt"
-wait_for 20 test "$(($(metric cistern_master_store_lists_total) - lists))" -ge 12
+wait_for 20 lists_since_at_least "$lists" 12
 sleep 0.5
 assert_eq "$(($(metric cistern_master_store_lists_total) - lists))" 12 "6 asked for, 6 deeper/"
 assert_contains "$(cli stat /walk/b/y/f.txt)" "key:      walk/b/y/f.txt"
