@@ -29,11 +29,6 @@ typedef struct mount_ent {
 	uint64_t block_size; /* from the master; 0 for a --mount mount */
 } mount_ent;
 
-typedef struct delta {
-	cis_block_id id;
-	bool added;
-} delta;
-
 struct wrk_link {
 	wrk *w;
 	cis_rpc_client *cl;
@@ -42,9 +37,7 @@ struct wrk_link {
 	pthread_mutex_t mu; /* mounts and deltas */
 	pthread_cond_t cv;
 	mount_ent *mounts;
-	delta *deltas;
-	size_t ndeltas, cap;
-	bool overflow; /* too many deltas: send a full report instead */
+	wrk_deltas deltas;
 	bool want_full;
 	atomic_bool registered;
 	bool stop;
@@ -54,23 +47,7 @@ struct wrk_link {
 void wrk_link_note(wrk_link *l, cis_block_id id, bool added)
 {
 	pthread_mutex_lock(&l->mu);
-	if (!l->overflow) {
-		if (l->ndeltas == l->cap) {
-			size_t nc = l->cap ? l->cap * 2 : 1024;
-			delta *nd = nc <= 1u << 20 ? realloc(l->deltas, nc * sizeof(*nd)) : NULL;
-
-			if (!nd) {
-				l->overflow = true; /* bounded: fall back to a full report */
-				pthread_mutex_unlock(&l->mu);
-				return;
-			}
-			l->deltas = nd;
-			l->cap = nc;
-		}
-		l->deltas[l->ndeltas].id = id;
-		l->deltas[l->ndeltas].added = added;
-		l->ndeltas++;
-	}
+	wrk_deltas_note(&l->deltas, id, added);
 	pthread_mutex_unlock(&l->mu);
 }
 
@@ -261,8 +238,7 @@ static int send_full_report(wrk_link *l, cis_errmsg *em)
 
 	/* Increments up to now are covered by the report. */
 	pthread_mutex_lock(&l->mu);
-	l->ndeltas = 0;
-	l->overflow = false;
+	wrk_deltas_free(&l->deltas);
 	pthread_mutex_unlock(&l->mu);
 	rc = wrk_bs_list(w->bs, &ids, &n);
 	if (rc < 0)
@@ -325,24 +301,21 @@ static int do_heartbeat(wrk_link *l, cis_errmsg *em)
 	int n = wrk_bs_ndirs(w->bs);
 	Cis__CacheDir d[WRK_MAX_DIRS], *dp[WRK_MAX_DIRS];
 	Cis__DirUsage u[WRK_MAX_DIRS];
-	delta *ds;
+	wrk_deltas dl;
 	size_t nd, na = 0, nr = 0;
 	ProtobufCBinaryData *add = NULL, *rem = NULL;
 	uint8_t(*raw)[16] = NULL;
 	cis_rpc_result res;
-	bool overflow;
 	int rc;
 
 	pthread_mutex_lock(&l->mu);
-	ds = l->deltas;
-	nd = l->ndeltas;
-	overflow = l->overflow;
-	l->deltas = NULL;
-	l->ndeltas = l->cap = 0;
-	l->overflow = false;
+	wrk_deltas_take(&l->deltas, &dl);
 	pthread_mutex_unlock(&l->mu);
-	if (overflow)
+	if (dl.overflow)
 		l->want_full = true;
+	wrk_deltas_collapse(&dl);
+	wrk_delta *ds = dl.v;
+	nd = dl.n;
 
 	fill_dirs(w, d, dp, u, n, &req.capacity, &req.used);
 	req.worker_id = atomic_load(&w->worker_id);
@@ -381,26 +354,12 @@ static int do_heartbeat(wrk_link *l, cis_errmsg *em)
 		}
 		cis_rpc_result_free(&res);
 	} else if (rc != -ENOENT) {
-		/* Not delivered: put the increments back in front of newer ones. */
-		pthread_mutex_lock(&l->mu);
-		for (size_t i = 0; i < nd; i++) {
-			if (l->ndeltas == l->cap) {
-				size_t nc = l->cap ? l->cap * 2 : 1024;
-				delta *ndl = realloc(l->deltas, nc * sizeof(*ndl));
-
-				if (!ndl) {
-					l->overflow = true;
-					break;
-				}
-				l->deltas = ndl;
-				l->cap = nc;
-			}
-			l->deltas[l->ndeltas++] = ds[i];
-		}
-		pthread_mutex_unlock(&l->mu);
-		l->want_full = true; /* order may be off now: resync fully */
+		/* Not delivered: the full report after the next heartbeat that
+		 * goes through says it all (putting these back would only grow
+		 * a heartbeat that may be failing for its size). */
+		l->want_full = true;
 	}
-	free(ds);
+	wrk_deltas_free(&dl);
 	free(add);
 	free(rem);
 	free(raw);
@@ -548,7 +507,7 @@ void wrk_link_stop(wrk_link *l)
 		cis_ufs_close(m->ufs);
 		free(m);
 	}
-	free(l->deltas);
+	wrk_deltas_free(&l->deltas);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
 }

@@ -9,6 +9,7 @@
  *   serve.c       RPC handlers (TCP and Unix socket)
  *   local.c       leases of the short-circuit fds
  *   master_link.c register, heartbeats, block reports, GetMount cache
+ *   deltas.c      the block changes held for the next heartbeat
  *   scrub.c       background checksum verification
  *   ref.c         block references: validation, lengths, proto conversion
  *
@@ -272,6 +273,32 @@ uint64_t wrk_leases_count(wrk_leases *l);
 
 void wrk_serve_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
                        struct evbuffer *data);
+
+/* ---- deltas.c ---- */
+
+/* Changes held for one heartbeat, at most this many (about 18 bytes each in
+ * the message, far below its 4 MiB limit); past that, a full report. */
+#define WRK_MAX_DELTAS 65536
+
+typedef struct wrk_delta {
+	cis_block_id id;
+	bool added;
+	uint32_t seq; /* order noted */
+} wrk_delta;
+
+typedef struct wrk_deltas {
+	wrk_delta *v;
+	size_t n, cap;
+	bool overflow; /* more than WRK_MAX_DELTAS (or no memory): v dropped */
+} wrk_deltas;
+
+/* Not thread-safe: the link calls these under its lock. */
+void wrk_deltas_note(wrk_deltas *d, cis_block_id id, bool added);
+/* Move everything to out (the caller frees it) and start empty. */
+void wrk_deltas_take(wrk_deltas *d, wrk_deltas *out);
+/* Keep each block's last change only (sorted by block id). */
+void wrk_deltas_collapse(wrk_deltas *d);
+void wrk_deltas_free(wrk_deltas *d);
 
 /* ---- master_link.c ---- */
 
