@@ -235,14 +235,16 @@ static void remove_at(struct mst_workers *w, size_t i)
 size_t mst_workers_expire(mst_workers *w, uint64_t now_ms)
 {
 	size_t lost = 0;
-	uint64_t ids[64];
 	pthread_mutex_lock(&w->lock);
+	/* Their calls in flight are aborted after the lock: all of them (a
+	 * fixed array left those past 64 waiting out their timeouts). */
+	uint64_t *ids = malloc((w->n ? w->n : 1) * sizeof(*ids));
 	for (size_t i = 0; i < w->n;) {
 		if (now_ms > w->w[i].last_ms + w->lost_ms) {
 			cis_warn("worker lost", "id=%llu host=%s silent_ms=%llu",
 			         (unsigned long long)w->w[i].id, w->w[i].info->host,
 			         (unsigned long long)(now_ms - w->w[i].last_ms));
-			if (lost < sizeof(ids) / sizeof(ids[0]))
+			if (ids)
 				ids[lost] = w->w[i].id;
 			remove_at(w, i);
 			cis_counter_inc(w->c_lost);
@@ -252,8 +254,9 @@ size_t mst_workers_expire(mst_workers *w, uint64_t now_ms)
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
-	for (size_t i = 0; i < lost && i < sizeof(ids) / sizeof(ids[0]); i++)
+	for (size_t i = 0; ids && i < lost; i++)
 		mst_wconns_abort(w->m, ids[i]);
+	free(ids);
 	return lost;
 }
 
@@ -379,6 +382,29 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	}
 	cis__register_worker_reply__init(r);
 	pthread_mutex_lock(&w->lock);
+	/* Another id at this address is the worker before a restart that
+	 * lost its state (a new id): it is gone, and its locations with it
+	 * (kept, they would count copies that are not there, and name it as
+	 * a copy's source to itself). */
+	uint64_t *gone = NULL;
+	size_t ngone = 0;
+	for (size_t i = 0; i < w->n;) {
+		struct worker *o = &w->w[i];
+		bool same_addr =
+		    o->id != id && o->info->rpc_port == info->rpc_port &&
+		    !strcmp(o->info->host ? o->info->host : "", info->host ? info->host : "");
+		uint64_t *g = same_addr ? realloc(gone, (ngone + 1) * sizeof(*gone)) : NULL;
+		if (!g) {
+			i++;
+			continue;
+		}
+		gone = g;
+		gone[ngone++] = o->id;
+		cis_warn("worker replaced", "id=%llu host=%s rpc_port=%u by_id=%llu",
+		         (unsigned long long)o->id, o->info->host, o->info->rpc_port,
+		         (unsigned long long)id);
+		remove_at(w, i);
+	}
 	struct worker *wk = find(w, id);
 	if (wk) {
 		/* Re-registration (a restarted worker): its old locations go,
@@ -414,6 +440,9 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	r->lost_timeout_ms = (uint32_t)w->lost_ms;
 	r->worker_list_version = w->version;
 	pthread_mutex_unlock(&w->lock);
+	for (size_t i = 0; i < ngone; i++)
+		mst_wconns_abort(w->m, gone[i]);
+	free(gone);
 	cis_info("worker registered", "id=%llu host=%s rpc_port=%u", (unsigned long long)id,
 	         info->host, info->rpc_port);
 	*reply = &r->base;

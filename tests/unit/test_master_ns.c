@@ -579,6 +579,55 @@ Test(master, links_followed_in_paths)
 	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, NULL, &em), -EINVAL, "bad paths");
 }
 
+/* A worker restarted with its state lost registers under a new id at the
+ * same address: the old entry goes at once, with its block locations (they
+ * counted copies that were not there, and named the old id as a copy's
+ * source to the new one, the same process). */
+Test(master, a_new_id_at_the_same_address_replaces_the_old)
+{
+	mst_reply r;
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	wi.host = "10.0.0.1";
+	wi.rpc_port = 19610;
+	wi.id = 42;
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	mst_reply_clear(&r);
+	uint8_t idb[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+	ProtobufCBinaryData added[1] = {{16, idb}};
+	Cis__HeartbeatRequest hq = CIS__HEARTBEAT_REQUEST__INIT;
+	hq.worker_id = 42;
+	hq.n_added = 1;
+	hq.added = added;
+	call(CIS_MSG_MASTER_HEARTBEAT, &hq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	mst_reply_clear(&r);
+	/* Another worker at another port stays. */
+	Cis__WorkerInfo other = wi;
+	other.id = 50;
+	other.rpc_port = 19620;
+	rq.worker = &other;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	mst_reply_clear(&r);
+
+	wi.id = 43; /* the same address, a new id */
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	mst_reply_clear(&r);
+	uint64_t *ids;
+	size_t n;
+	cr_assert_eq(mst_workers_ids(m->workers, &ids, &n), 0);
+	cr_assert_eq(n, 2, "%zu live entries", n);
+	cr_assert((ids[0] == 43 && ids[1] == 50) || (ids[0] == 50 && ids[1] == 43));
+	free(ids);
+	cis_block_id bid = {0x0102030405060708ull, 0x090a0b0c0d0e0f10ull};
+	uint64_t w[4];
+	cr_assert_eq(mst_workers_locate(m->workers, bid, w, 4), 0, "the old id's copy is gone");
+}
+
 Test(master, workers_register_heartbeat_lost)
 {
 	mst_reply r;
