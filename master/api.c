@@ -338,6 +338,7 @@ static int api_workers(mst_master *m, json_t **out)
 
 struct usage {
 	mst_master *m;
+	uint64_t mount_id; /* files of mounts nested below count for those */
 	uint64_t files, bytes, cached;
 	uint64_t by_copies[USAGE_MAX_REPLICAS + 1]; /* blocks by number of holders */
 };
@@ -345,8 +346,10 @@ struct usage {
 static int usage_file(void *arg, const char *path, const mst_inode *f)
 {
 	struct usage *u = arg;
-	uint64_t bs = 0, nb = mst_file_blocks(u->m, f, &bs);
 	(void)path;
+	if (f->mount_id != u->mount_id)
+		return 0;
+	uint64_t bs = 0, nb = mst_file_blocks(u->m, f, &bs);
 	u->files++;
 	u->bytes += f->size;
 	for (uint64_t b = 0; b < nb; b++) {
@@ -372,7 +375,8 @@ static json_t *mounts_usage(mst_master *m)
 	json_t *mt;
 	json_array_foreach(ms, i, mt)
 	{
-		struct usage u = {.m = m};
+		struct usage u = {
+		    .m = m, .mount_id = (uint64_t)json_integer_value(json_object_get(mt, "id"))};
 		cis_errmsg em = {{0}};
 		const char *path = json_string_value(json_object_get(mt, "path"));
 		if (!path)

@@ -196,6 +196,27 @@ Test(master, nested_mounts_and_shadowing)
 	cr_assert_eq(mount("/sub", store2, &em), -EEXIST, "a mount must not shadow");
 	cr_assert(strstr(em.text, "exists"), "%s", em.text);
 	cr_assert_eq(mount("/", store2, &em), -EEXIST);
+	/* The report counts each file for its own mount only (the outer
+	 * mount's walk goes into the nested one: it counted inner.txt too). */
+	cr_assert_eq(mst_ns_resolve(m, "/sub/c.bin", &ino, &em), 0);
+	json_t *out;
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/report", NULL, NULL, &out), 200);
+	size_t i;
+	json_t *mu;
+	json_array_foreach(json_object_get(out, "mount_usage"), i, mu)
+	{
+		const char *p = json_string_value(json_object_get(mu, "path"));
+		json_int_t files = json_integer_value(json_object_get(mu, "files"));
+		json_int_t bytes = json_integer_value(json_object_get(mu, "total_bytes"));
+		if (!strcmp(p, "/"))
+			cr_assert(files == 3 && bytes == 14, "/: %lld files, %lld bytes",
+			          (long long)files, (long long)bytes);
+		else
+			cr_assert(files == 1 && bytes == 6, "/nested: %lld files, %lld bytes",
+			          (long long)files, (long long)bytes);
+	}
+	cr_assert_eq(json_array_size(json_object_get(out, "mount_usage")), 2);
+	json_decref(out);
 	/* The mount point survives a sync of its parent. */
 	uint64_t dirs;
 	cr_assert_eq(mst_ns_sync(m, "/", false, &dirs, &em), 0, "%s", em.text);
