@@ -312,11 +312,15 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 			if (src)
 				protobuf_c_message_free_unpacked(&src->base, NULL);
 		} else {
-			/* keep the best-placed target holders, free the rest */
+			/* Keep the best-placed target holders, free the rest; but
+			 * only holders heard from lately count: one going silent
+			 * (not lost yet) is neither kept in place of a live copy
+			 * nor freed, or its loss a moment later could leave none. */
 			size_t kept = 0;
 			for (size_t i = 0; i < no; i++) {
 				uint64_t t = s->live[order[i]];
-				if (!has(hold, nh, t))
+				if (!has(hold, nh, t) ||
+				    !mst_workers_heard_recently(s->m->workers, t))
 					continue;
 				if (kept < target) {
 					kept++;

@@ -619,6 +619,15 @@ Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id)
 	return r;
 }
 
+bool mst_workers_heard_recently(mst_workers *w, uint64_t id)
+{
+	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, id);
+	bool r = wk && cis_mono_ms() <= wk->last_ms + 2 * w->heartbeat_ms + 500;
+	pthread_mutex_unlock(&w->lock);
+	return r;
+}
+
 uint64_t mst_workers_heartbeat_ms(mst_workers *w)
 {
 	return w->heartbeat_ms;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 
 #include "cistern/msgtype.h"
@@ -848,4 +849,91 @@ Test(jobs, names_not_utf8_keep_the_cursor_and_the_failures)
 	cr_assert_eq(json_array_size(ents), 4);
 	cr_assert_str_eq(str(json_array_get(ents, 3), "name"), "??.bin");
 	json_decref(o);
+}
+
+/* A worker that answers Free and counts the calls. */
+static atomic_uint frees_seen;
+
+static void freeing_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                           const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)msg;
+	(void)data;
+	if (hdr->type != CIS_MSG_WORKER_FREE) {
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	atomic_fetch_add(&frees_seen, 1);
+	Cis__FreeReply r = CIS__FREE_REPLY__INIT;
+	r.freed = 1;
+	cis_rpc_reply(conn, hdr, &r.base, 0);
+}
+
+/* A heartbeat from worker id, reporting block bid added (or nothing). */
+static void beat(uint64_t id, const cis_block_id *bid)
+{
+	uint8_t idb[16];
+	ProtobufCBinaryData added = {16, idb};
+	Cis__HeartbeatRequest hq = CIS__HEARTBEAT_REQUEST__INIT;
+	ProtobufCMessage *rep = NULL;
+	cis_errmsg em = {{0}};
+	hq.worker_id = id;
+	if (bid) {
+		for (int i = 0; i < 8; i++) {
+			idb[i] = (uint8_t)(bid->hi >> (56 - 8 * i));
+			idb[8 + i] = (uint8_t)(bid->lo >> (56 - 8 * i));
+		}
+		hq.n_added = 1;
+		hq.added = &added;
+	}
+	cr_assert_eq(mst_workers_heartbeat(m->workers, &hq.base, &rep, &em), 0, "%s", em.text);
+	protobuf_c_message_free_unpacked(rep, NULL);
+}
+
+/* An over-replicated block held by a worker gone silent (not lost yet) and
+ * a live one: the trim frees neither (it could keep the silent copy and
+ * free the live one, and the block then lose its last copy with the silent
+ * worker); with both heard from, it frees one. */
+Test(jobs, trim_spares_copies_while_a_holder_is_silent)
+{
+	cis_errmsg em = {{0}};
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 10000,
+	                   .metrics = metrics,
+	                   .no_background = true};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = freeing_worker};
+	cis_rpc_server *sa, *sb;
+	cr_assert_eq(cis_rpc_server_start(&so, &sa, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_rpc_server_start(&so, &sb, &em), 0, "%s", em.text);
+	uint64_t a = register_worker(cis_rpc_server_port(sa), 1 << 20, 0);
+	uint64_t b = register_worker(cis_rpc_server_port(sb), 1 << 20, 0);
+	cr_assert_eq(mst_policy_update(m, "/m", 1, -1, -1, false, &em), 0, "%s", em.text);
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0;
+	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
+	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	beat(a, &bid);
+	beat(b, &bid);
+	for (int i = 0; i < 10; i++) { /* a silent for 1 s: 2 heartbeats and more */
+		cis_sleep_ms(100);
+		beat(b, NULL);
+	}
+	uint64_t copied, trimmed;
+	atomic_store(&frees_seen, 0);
+	cr_assert_eq(mst_repl_scan(m, &copied, &trimmed), 0);
+	cr_assert_eq(trimmed, 0, "a copy was freed while the other holder was silent");
+	cr_assert_eq(atomic_load(&frees_seen), 0);
+	beat(a, NULL);
+	cr_assert_eq(mst_repl_scan(m, &copied, &trimmed), 0);
+	cr_assert_eq(trimmed, 1, "both heard from: one copy too many is freed");
+	cr_assert_eq(atomic_load(&frees_seen), 1);
+	cis_rpc_server_stop(sa);
+	cis_rpc_server_stop(sb);
 }
