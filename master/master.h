@@ -222,7 +222,8 @@ void mst_workers_free(mst_workers *w);
 /* Mark lost the workers silent for too long; called by the monitor thread
  * (and tests). Returns how many were lost. */
 size_t mst_workers_expire(mst_workers *w, uint64_t now_ms);
-int mst_workers_register(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply);
+int mst_workers_register(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply,
+                         cis_errmsg *em);
 int mst_workers_heartbeat(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply,
                           cis_errmsg *em);
 int mst_workers_report(mst_workers *w, const ProtobufCMessage *req, ProtobufCMessage **reply,

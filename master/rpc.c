@@ -181,10 +181,7 @@ static int h_worker_list(mst_master *m, const ProtobufCMessage *msg, mst_reply *
 
 static int h_register(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)
 {
-	int err = mst_workers_register(m->workers, msg, &out->msg);
-	if (err == -EINVAL)
-		cis_fail(&out->em, err, "worker id out of range");
-	return err;
+	return mst_workers_register(m->workers, msg, &out->msg, &out->em);
 }
 
 static int h_heartbeat(mst_master *m, const ProtobufCMessage *msg, mst_reply *out)

@@ -361,14 +361,15 @@ static int reserve_id(struct mst_workers *w, uint64_t want, uint64_t *out)
 	return err;
 }
 
-int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply)
+int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
+                         cis_errmsg *em)
 {
 	const Cis__RegisterWorkerRequest *req = (const Cis__RegisterWorkerRequest *)req_msg;
 	uint64_t want = req->worker ? req->worker->id : 0;
 	uint64_t id;
 	/* Sanity: an absurd persisted id would exhaust the counter. */
 	if (want > (1ull << 48))
-		return -EINVAL;
+		return cis_fail(em, -EINVAL, "worker id out of range");
 	int err = reserve_id(w, want, &id);
 	if (err)
 		return err;
@@ -406,6 +407,28 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 		remove_at(w, i);
 	}
 	struct worker *wk = find(w, id);
+	if (wk && (wk->info->rpc_port != info->rpc_port ||
+	           strcmp(wk->info->host ? wk->info->host : "", info->host ? info->host : ""))) {
+		/* The id is live at another address: a second worker with a
+		 * copied state dir, or a stray frame. Taking the entry over
+		 * would send its reads and loads to the wrong place; a worker
+		 * really moved registers once the old entry is lost. */
+		char at[300];
+		snprintf(at, sizeof(at), "%s:%u", wk->info->host ? wk->info->host : "",
+		         wk->info->rpc_port);
+		pthread_mutex_unlock(&w->lock);
+		free(gone);
+		cis_log_limited(CIS_LOG_WARN, "master:id-in-use", 10, "worker registration refused",
+		                "id=%llu host=%s rpc_port=%u live_at=%s", (unsigned long long)id,
+		                info->host, info->rpc_port, at);
+		protobuf_c_message_free_unpacked(&info->base, NULL);
+		free(r);
+		return cis_fail(
+		    em, -EBUSY,
+		    "worker id %llu is live at %s (another worker with this id, a copied "
+		    "state dir?); registering again once it is lost",
+		    (unsigned long long)id, at);
+	}
 	if (wk) {
 		/* Re-registration (a restarted worker): its old locations go,
 		 * the full report that follows brings them back. */

@@ -477,7 +477,10 @@ static void handle_replicate(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hd
 		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
 		goto out;
 	}
-	load_one(c, 0, req->block, false, req->source);
+	/* A copy from ourselves would wait on its own fetch until the peer
+	 * read times out: take it from the store. */
+	bool self = req->source && req->source->id == atomic_load(&w->worker_id);
+	load_one(c, 0, req->block, false, self ? NULL : req->source);
 	pthread_mutex_lock(&c->mu);
 	if (--c->left == 0) {
 		pthread_mutex_unlock(&c->mu);

@@ -474,9 +474,12 @@ static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
 	 * without end held memory and CPU (each read rescans it) for good. */
 	evhttp_set_max_headers_size(l->http, MAX_HEADERS);
 	evhttp_set_timeout(l->http, CONN_TIMEOUT_S);
+	/* Every method evhttp knows reaches dispatch, which answers one no
+	 * route takes with the JSON 405 (evhttp's own answer is an HTML 501). */
 	evhttp_set_allowed_methods(l->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
 	                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-	                                        EVHTTP_REQ_PATCH);
+	                                        EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS |
+	                                        EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(l->http, dispatch, s);
 	/* The listener owns fd once made (closed by evhttp_free, or by
 	 * evconnlistener_free if evhttp will not take it). */

@@ -183,6 +183,9 @@ Test(http, not_found_and_method_not_allowed)
 	assert_error_body(call("GET", "/api/v1/jobs", NULL, 404), "not found");
 	assert_error_body(call("PUT", "/api/v1/echo", NULL, 405), "method not allowed");
 	assert_error_body(call("POST", "/healthz", NULL, 405), "method not allowed");
+	/* Methods no route takes get the same JSON, not evhttp's HTML 501. */
+	assert_error_body(call("OPTIONS", "/api/v1/echo", NULL, 405), "method not allowed");
+	assert_error_body(call("TRACE", "/api/v1/echo", NULL, 405), "method not allowed");
 	assert_error_body(call("GET", "/api/v1/jobs/%00x", NULL, 400), "malformed");
 }
 

@@ -92,7 +92,8 @@ static uint64_t register_worker(uint16_t port, uint64_t capacity, uint64_t id)
 	wi.capacity = capacity;
 	wi.id = id;
 	rq.worker = &wi;
-	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep), 0);
+	cis_errmsg em = {{0}};
+	cr_assert_eq(mst_workers_register(m->workers, &rq.base, &rep, &em), 0, "%s", em.text);
 	uint64_t got = ((Cis__RegisterWorkerReply *)rep)->worker_id;
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return got;

@@ -649,6 +649,41 @@ Test(master, a_new_id_at_the_same_address_replaces_the_old)
 	cr_assert_eq(mst_workers_locate(m->workers, bid, w, 4), 0, "the old id's copy is gone");
 }
 
+/* A registration for a live id from another address (a second worker with
+ * a copied state dir, a stray frame) is refused; the entry keeps its
+ * address (taking it over sent the worker's reads and loads elsewhere). */
+Test(master, a_live_id_from_another_address_is_refused)
+{
+	mst_reply r;
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	wi.host = "10.0.0.1";
+	wi.rpc_port = 19610;
+	wi.id = 42;
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	mst_reply_clear(&r);
+	Cis__WorkerInfo other = wi;
+	other.host = "127.0.0.1";
+	other.rpc_port = 9;
+	rq.worker = &other;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, -EBUSY);
+	cr_assert(strstr(r.em.text, "worker id 42 is live at 10.0.0.1:19610"), "%s", r.em.text);
+	mst_reply_clear(&r);
+	Cis__WorkerInfo *now = mst_workers_info(m->workers, 42);
+	cr_assert_not_null(now);
+	cr_assert_str_eq(now->host, "10.0.0.1");
+	cr_assert_eq(now->rpc_port, 19610);
+	protobuf_c_message_free_unpacked(&now->base, NULL);
+	/* The same worker registering again (a restart) is taken. */
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0);
+	mst_reply_clear(&r);
+}
+
 Test(master, workers_register_heartbeat_lost)
 {
 	mst_reply r;
