@@ -478,8 +478,10 @@ static void handle_replicate(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hd
 		goto out;
 	}
 	/* A copy from ourselves would wait on its own fetch until the peer
-	 * read times out: take it from the store. */
-	bool self = req->source && req->source->id == atomic_load(&w->worker_id);
+	 * read times out: take it from the store. (Without a master every
+	 * worker's id is 0: no telling.) */
+	uint64_t me = atomic_load(&w->worker_id);
+	bool self = req->source && me && req->source->id == me;
 	load_one(c, 0, req->block, false, self ? NULL : req->source);
 	pthread_mutex_lock(&c->mu);
 	if (--c->left == 0) {
