@@ -383,6 +383,28 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	}
 	cis__register_worker_reply__init(r);
 	pthread_mutex_lock(&w->lock);
+	struct worker *wk = find(w, id);
+	if (wk && (wk->info->rpc_port != info->rpc_port ||
+	           strcmp(wk->info->host ? wk->info->host : "", info->host ? info->host : ""))) {
+		/* The id is live at another address: a second worker with a
+		 * copied state dir, or a stray frame. Taking the entry over
+		 * would send its reads and loads to the wrong place; a worker
+		 * really moved registers once the old entry is lost. */
+		char at[300];
+		snprintf(at, sizeof(at), "%s:%u", wk->info->host ? wk->info->host : "",
+		         wk->info->rpc_port);
+		pthread_mutex_unlock(&w->lock);
+		cis_log_limited(CIS_LOG_WARN, "master:id-in-use", 10, "worker registration refused",
+		                "id=%llu host=%s rpc_port=%u live_at=%s", (unsigned long long)id,
+		                info->host, info->rpc_port, at);
+		protobuf_c_message_free_unpacked(&info->base, NULL);
+		free(r);
+		return cis_fail(
+		    em, -EBUSY,
+		    "worker id %llu is live at %s (another worker with this id, a copied "
+		    "state dir?); registering again once it is lost",
+		    (unsigned long long)id, at);
+	}
 	/* Another id at this address is the worker before a restart that
 	 * lost its state (a new id): it is gone, and its locations with it
 	 * (kept, they would count copies that are not there, and name it as
@@ -406,29 +428,7 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 		         (unsigned long long)id);
 		remove_at(w, i);
 	}
-	struct worker *wk = find(w, id);
-	if (wk && (wk->info->rpc_port != info->rpc_port ||
-	           strcmp(wk->info->host ? wk->info->host : "", info->host ? info->host : ""))) {
-		/* The id is live at another address: a second worker with a
-		 * copied state dir, or a stray frame. Taking the entry over
-		 * would send its reads and loads to the wrong place; a worker
-		 * really moved registers once the old entry is lost. */
-		char at[300];
-		snprintf(at, sizeof(at), "%s:%u", wk->info->host ? wk->info->host : "",
-		         wk->info->rpc_port);
-		pthread_mutex_unlock(&w->lock);
-		free(gone);
-		cis_log_limited(CIS_LOG_WARN, "master:id-in-use", 10, "worker registration refused",
-		                "id=%llu host=%s rpc_port=%u live_at=%s", (unsigned long long)id,
-		                info->host, info->rpc_port, at);
-		protobuf_c_message_free_unpacked(&info->base, NULL);
-		free(r);
-		return cis_fail(
-		    em, -EBUSY,
-		    "worker id %llu is live at %s (another worker with this id, a copied "
-		    "state dir?); registering again once it is lost",
-		    (unsigned long long)id, at);
-	}
+	wk = find(w, id); /* the sweep moves entries */
 	if (wk) {
 		/* Re-registration (a restarted worker): its old locations go,
 		 * the full report that follows brings them back. */
@@ -440,6 +440,9 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 			struct worker *nw = realloc(w->w, cap * sizeof(*nw));
 			if (!nw) {
 				pthread_mutex_unlock(&w->lock);
+				for (size_t i = 0; i < ngone; i++)
+					mst_wconns_abort(w->m, gone[i]);
+				free(gone);
 				protobuf_c_message_free_unpacked(&info->base, NULL);
 				free(r);
 				return -ENOMEM;
