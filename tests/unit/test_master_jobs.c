@@ -449,6 +449,17 @@ Test(jobs, api_checks_input)
 	json_decref(o);
 }
 
+/* The newest job is a free of the path recorded under key ("path", or
+ * "path_hex" for one that is not UTF-8). */
+static void assert_last_job_frees(const char *key, const char *want)
+{
+	json_t *all = mst_jobs_json(m);
+	json_t *last = json_array_get(all, json_array_size(all) - 1);
+	cr_assert_str_eq(str(last, "type"), "free");
+	cr_assert_str_eq(str(last, key), want);
+	json_decref(all);
+}
+
 Test(jobs, ttl_frees_after_the_load)
 {
 	cis_errmsg em = {{0}};
@@ -465,11 +476,7 @@ Test(jobs, ttl_frees_after_the_load)
 	cr_assert_eq(started, 1, "a free job for the load's path");
 	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
 	cr_assert_eq(started, 0, "only once");
-	json_t *all = mst_jobs_json(m);
-	json_t *last = json_array_get(all, json_array_size(all) - 1);
-	cr_assert_str_eq(str(last, "type"), "free");
-	cr_assert_str_eq(str(last, "path"), "/m");
-	json_decref(all);
+	assert_last_job_frees("path", "/m");
 }
 
 /* A load of a path that is not UTF-8 (kept in hex in its record) expires
@@ -488,11 +495,7 @@ Test(jobs, ttl_frees_a_load_of_a_path_not_utf8)
 	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
 	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
 	cr_assert_eq(started, 1, "a free job for the load's path");
-	json_t *all = mst_jobs_json(m);
-	json_t *last = json_array_get(all, json_array_size(all) - 1);
-	cr_assert_str_eq(str(last, "type"), "free");
-	cr_assert_str_eq(str(last, "path_hex"), "2f6d2f64ff");
-	json_decref(all);
+	assert_last_job_frees("path_hex", "2f6d2f64ff");
 }
 
 /* An older load's TTL does not free what a newer load brings in: one still

@@ -600,6 +600,25 @@ Test(master, links_followed_in_paths)
 	cr_assert_eq(mst_ns_realpath(m, "/data/../x", true, real, NULL, &em), -EINVAL, "bad paths");
 }
 
+/* RegisterWorker for id at host:port through the RPC dispatch: its code,
+ * its message in *em (may be NULL). */
+static int register_at(const char *host, uint32_t port, uint64_t id, cis_errmsg *em)
+{
+	mst_reply r;
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	wi.host = (char *)host;
+	wi.rpc_port = port;
+	wi.id = id;
+	rq.worker = &wi;
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	int code = r.code;
+	if (em)
+		*em = r.em;
+	mst_reply_clear(&r);
+	return code;
+}
+
 /* A worker restarted with its state lost registers under a new id at the
  * same address: the old entry goes at once, with its block locations (they
  * counted copies that were not there, and named the old id as a copy's
@@ -607,15 +626,7 @@ Test(master, links_followed_in_paths)
 Test(master, a_new_id_at_the_same_address_replaces_the_old)
 {
 	mst_reply r;
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	wi.host = "10.0.0.1";
-	wi.rpc_port = 19610;
-	wi.id = 42;
-	rq.worker = &wi;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	cr_assert_eq(r.code, 0);
-	mst_reply_clear(&r);
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
 	uint8_t idb[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 	ProtobufCBinaryData added[1] = {{16, idb}};
 	Cis__HeartbeatRequest hq = CIS__HEARTBEAT_REQUEST__INIT;
@@ -626,18 +637,9 @@ Test(master, a_new_id_at_the_same_address_replaces_the_old)
 	cr_assert_eq(r.code, 0, "%s", r.em.text);
 	mst_reply_clear(&r);
 	/* Another worker at another port stays. */
-	Cis__WorkerInfo other = wi;
-	other.id = 50;
-	other.rpc_port = 19620;
-	rq.worker = &other;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	mst_reply_clear(&r);
-
-	wi.id = 43; /* the same address, a new id */
-	rq.worker = &wi;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	cr_assert_eq(r.code, 0);
-	mst_reply_clear(&r);
+	cr_assert_eq(register_at("10.0.0.1", 19620, 50, NULL), 0);
+	/* The same address, a new id. */
+	cr_assert_eq(register_at("10.0.0.1", 19610, 43, NULL), 0);
 	uint64_t *ids;
 	size_t n;
 	cr_assert_eq(mst_workers_ids(m->workers, &ids, &n), 0);
@@ -654,34 +656,17 @@ Test(master, a_new_id_at_the_same_address_replaces_the_old)
  * address (taking it over sent the worker's reads and loads elsewhere). */
 Test(master, a_live_id_from_another_address_is_refused)
 {
-	mst_reply r;
-	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
-	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
-	wi.host = "10.0.0.1";
-	wi.rpc_port = 19610;
-	wi.id = 42;
-	rq.worker = &wi;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	cr_assert_eq(r.code, 0);
-	mst_reply_clear(&r);
-	Cis__WorkerInfo other = wi;
-	other.host = "127.0.0.1";
-	other.rpc_port = 9;
-	rq.worker = &other;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	cr_assert_eq(r.code, -EBUSY);
-	cr_assert(strstr(r.em.text, "worker id 42 is live at 10.0.0.1:19610"), "%s", r.em.text);
-	mst_reply_clear(&r);
+	cis_errmsg em = {{0}};
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(register_at("127.0.0.1", 9, 42, &em), -EBUSY);
+	cr_assert(strstr(em.text, "worker id 42 is live at 10.0.0.1:19610"), "%s", em.text);
 	Cis__WorkerInfo *now = mst_workers_info(m->workers, 42);
 	cr_assert_not_null(now);
 	cr_assert_str_eq(now->host, "10.0.0.1");
 	cr_assert_eq(now->rpc_port, 19610);
 	protobuf_c_message_free_unpacked(&now->base, NULL);
 	/* The same worker registering again (a restart) is taken. */
-	rq.worker = &wi;
-	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
-	cr_assert_eq(r.code, 0);
-	mst_reply_clear(&r);
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
 }
 
 Test(master, workers_register_heartbeat_lost)
