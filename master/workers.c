@@ -8,9 +8,17 @@
  * which rebuilds the index. The list version starts at the wall clock in ms
  * so that it keeps going up across master restarts.
  *
- * Block index: a chained hash table, block id -> small array of worker ids.
- * Dropping a worker walks the whole table: O(blocks), done only when a
- * worker is lost or starts a full report. */
+ * Block index: one `loc` per (block, worker) pair, chained in a hash table
+ * by block id and linked into its worker's own list, so that a lost or
+ * re-reporting worker costs its own blocks, not the whole table (a walk of
+ * the table held the lock for most of a second at 4 million blocks).
+ *
+ * A full block report comes in pages (first ... last). Each page marks the
+ * pairs it names with the worker's report generation; only the last page
+ * drops the worker's pairs left unmarked. Until then the worker keeps its
+ * old locations: a load does not fetch again, and replication does not
+ * copy, blocks the worker still has while its report is half way. Blocks a
+ * heartbeat adds during a report are marked too. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,16 +30,20 @@
 
 struct loc {
 	cis_block_id id;
-	uint32_t n, cap;
-	uint64_t *wids;
-	struct loc *next;
+	uint64_t wid;
+	struct loc *next;          /* the bucket's chain */
+	struct loc *wprev, *wnext; /* the worker's pairs */
+	uint32_t gen;              /* the full report that last named it */
 };
 
 struct worker {
 	uint64_t id;
 	Cis__WorkerInfo *info; /* malloc'd deep copy */
 	uint64_t last_ms;
-	uint64_t capacity, used, blocks;
+	uint64_t capacity, used;
+	uint64_t blocks;     /* its pairs in the index */
+	struct loc *locs;    /* their list */
+	uint32_t report_gen; /* the full report under way or last made */
 };
 
 struct mst_workers {
@@ -43,7 +55,7 @@ struct mst_workers {
 	uint64_t next_id; /* in-memory hint; ids are reserved in LMDB */
 	uint64_t heartbeat_ms, lost_ms;
 	struct loc **buckets;
-	size_t nbuckets, nlocs;
+	size_t nbuckets, npairs, nblocks;
 	pthread_t monitor;
 	bool stop, monitor_running;
 	pthread_cond_t stop_cond;
@@ -51,9 +63,15 @@ struct mst_workers {
 	cis_counter *c_lost;
 };
 
-static size_t loc_hash(const struct mst_workers *w, cis_block_id id)
+/* Block ids are xxh128 digests, but they come from the network: every bit
+ * is mixed in (splitmix64's finalizer), so that ids differing in their top
+ * bits only do not all share a bucket. */
+static size_t bucket_of(cis_block_id id, size_t nbuckets)
 {
-	return (size_t)((id.hi ^ (id.lo * 0x9E3779B97F4A7C15ull)) & (w->nbuckets - 1));
+	uint64_t h = id.hi ^ (id.lo * 0x9E3779B97F4A7C15ull);
+	h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+	h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+	return (size_t)((h ^ (h >> 31)) & (nbuckets - 1));
 }
 
 static void loc_grow(struct mst_workers *w)
@@ -66,8 +84,7 @@ static void loc_grow(struct mst_workers *w)
 		struct loc *l = w->buckets[i];
 		while (l) {
 			struct loc *next = l->next;
-			size_t h =
-			    (size_t)((l->id.hi ^ (l->id.lo * 0x9E3779B97F4A7C15ull)) & (nb - 1));
+			size_t h = bucket_of(l->id, nb);
 			l->next = b[h];
 			b[h] = l;
 			l = next;
@@ -78,84 +95,95 @@ static void loc_grow(struct mst_workers *w)
 	w->nbuckets = nb;
 }
 
-/* Caller holds w->lock. */
-static int loc_add(struct mst_workers *w, cis_block_id id, uint64_t wid)
+/* Record that wk holds id, marked with its report generation. Returns 1
+ * when the pair is new. Caller holds w->lock. */
+static int loc_add(struct mst_workers *w, struct worker *wk, cis_block_id id)
 {
-	if (w->nlocs > w->nbuckets * 2)
+	if (w->npairs > w->nbuckets * 2)
 		loc_grow(w);
-	size_t h = loc_hash(w, id);
-	struct loc *l = w->buckets[h];
-	while (l && !cis_block_id_eq(l->id, id))
-		l = l->next;
-	if (!l) {
-		l = calloc(1, sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		l->id = id;
-		l->next = w->buckets[h];
-		w->buckets[h] = l;
-		w->nlocs++;
-	}
-	for (uint32_t i = 0; i < l->n; i++)
-		if (l->wids[i] == wid)
+	struct loc **head = &w->buckets[bucket_of(id, w->nbuckets)];
+	bool block_known = false;
+	for (struct loc *l = *head; l; l = l->next) {
+		if (!cis_block_id_eq(l->id, id))
+			continue;
+		if (l->wid == wk->id) {
+			l->gen = wk->report_gen;
 			return 0;
-	if (l->n == l->cap) {
-		uint32_t cap = l->cap ? l->cap * 2 : 2;
-		uint64_t *nw = realloc(l->wids, cap * sizeof(*nw));
-		if (!nw)
-			return -ENOMEM;
-		l->wids = nw;
-		l->cap = cap;
+		}
+		block_known = true;
 	}
-	l->wids[l->n++] = wid;
+	struct loc *l = malloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->id = id;
+	l->wid = wk->id;
+	l->gen = wk->report_gen;
+	l->next = *head;
+	*head = l;
+	l->wprev = NULL;
+	l->wnext = wk->locs;
+	if (wk->locs)
+		wk->locs->wprev = l;
+	wk->locs = l;
+	wk->blocks++;
+	w->npairs++;
+	if (!block_known)
+		w->nblocks++;
 	return 1;
 }
 
-/* Caller holds w->lock. Returns 1 if removed. */
-static int loc_del(struct mst_workers *w, cis_block_id id, uint64_t wid)
+/* Unlink and free the pair *pp (in its bucket's chain) of worker wk.
+ * Caller holds w->lock. */
+static void loc_unlink(struct mst_workers *w, struct worker *wk, struct loc **pp)
 {
-	size_t h = loc_hash(w, id);
-	struct loc **pp = &w->buckets[h];
-	while (*pp && !cis_block_id_eq((*pp)->id, id))
-		pp = &(*pp)->next;
 	struct loc *l = *pp;
-	if (!l)
-		return 0;
-	for (uint32_t i = 0; i < l->n; i++)
-		if (l->wids[i] == wid) {
-			l->wids[i] = l->wids[--l->n];
-			if (l->n == 0) {
-				*pp = l->next;
-				free(l->wids);
-				free(l);
-				w->nlocs--;
-			}
-			return 1;
-		}
-	return 0;
+	*pp = l->next;
+	if (l->wprev)
+		l->wprev->wnext = l->wnext;
+	else
+		wk->locs = l->wnext;
+	if (l->wnext)
+		l->wnext->wprev = l->wprev;
+	bool block_left = false;
+	for (struct loc *o = w->buckets[bucket_of(l->id, w->nbuckets)]; o && !block_left;
+	     o = o->next)
+		block_left = cis_block_id_eq(o->id, l->id);
+	if (!block_left)
+		w->nblocks--;
+	w->npairs--;
+	wk->blocks--;
+	free(l);
 }
 
-/* Caller holds w->lock. */
-static void loc_drop_worker(struct mst_workers *w, uint64_t wid)
+/* The link in id's bucket chain that points at wid's pair, or NULL. */
+static struct loc **loc_find(struct mst_workers *w, cis_block_id id, uint64_t wid)
 {
-	for (size_t b = 0; b < w->nbuckets; b++) {
-		struct loc **pp = &w->buckets[b];
-		while (*pp) {
-			struct loc *l = *pp;
-			for (uint32_t i = 0; i < l->n; i++)
-				if (l->wids[i] == wid) {
-					l->wids[i] = l->wids[--l->n];
-					break;
-				}
-			if (l->n == 0) {
-				*pp = l->next;
-				free(l->wids);
-				free(l);
-				w->nlocs--;
-			} else {
-				pp = &l->next;
-			}
-		}
+	struct loc **pp = &w->buckets[bucket_of(id, w->nbuckets)];
+	while (*pp && !(cis_block_id_eq((*pp)->id, id) && (*pp)->wid == wid))
+		pp = &(*pp)->next;
+	return *pp ? pp : NULL;
+}
+
+/* Caller holds w->lock. Returns 1 if removed. */
+static int loc_del(struct mst_workers *w, struct worker *wk, cis_block_id id)
+{
+	struct loc **pp = loc_find(w, id, wk->id);
+	if (!pp)
+		return 0;
+	loc_unlink(w, wk, pp);
+	return 1;
+}
+
+/* Drop wk's pairs: all of them, or (stale_only) those the current full
+ * report did not name. Caller holds w->lock. */
+static void loc_drop_worker(struct mst_workers *w, struct worker *wk, bool stale_only)
+{
+	struct loc *l = wk->locs;
+	while (l) {
+		struct loc *next = l->wnext;
+		if (!stale_only || l->gen != wk->report_gen)
+			loc_unlink(w, wk, loc_find(w, l->id, wk->id));
+		l = next;
 	}
 }
 
@@ -163,11 +191,9 @@ size_t mst_workers_locate(mst_workers *w, cis_block_id id, uint64_t *out, size_t
 {
 	size_t n = 0;
 	pthread_mutex_lock(&w->lock);
-	struct loc *l = w->buckets[loc_hash(w, id)];
-	while (l && !cis_block_id_eq(l->id, id))
-		l = l->next;
-	for (uint32_t i = 0; l && i < l->n && n < max; i++)
-		out[n++] = l->wids[i];
+	for (struct loc *l = w->buckets[bucket_of(id, w->nbuckets)]; l && n < max; l = l->next)
+		if (cis_block_id_eq(l->id, id))
+			out[n++] = l->wid;
 	pthread_mutex_unlock(&w->lock);
 	return n;
 }
@@ -225,7 +251,7 @@ static struct worker *find(struct mst_workers *w, uint64_t id)
 /* Caller holds w->lock. */
 static void remove_at(struct mst_workers *w, size_t i)
 {
-	loc_drop_worker(w, w->w[i].id);
+	loc_drop_worker(w, &w->w[i], false);
 	protobuf_c_message_free_unpacked(&w->w[i].info->base, NULL);
 	w->w[i] = w->w[--w->n];
 	w->version++;
@@ -317,16 +343,7 @@ void mst_workers_free(mst_workers *w)
 	if (w->monitor_running)
 		pthread_join(w->monitor, NULL);
 	while (w->n)
-		remove_at(w, w->n - 1);
-	for (size_t b = 0; b < w->nbuckets; b++) {
-		struct loc *l = w->buckets[b];
-		while (l) {
-			struct loc *next = l->next;
-			free(l->wids);
-			free(l);
-			l = next;
-		}
-	}
+		remove_at(w, w->n - 1); /* and every pair with them */
 	free(w->buckets);
 	free(w->w);
 	pthread_mutex_destroy(&w->lock);
@@ -430,9 +447,9 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	}
 	wk = find(w, id); /* the sweep moves entries */
 	if (wk) {
-		/* Re-registration (a restarted worker): its old locations go,
-		 * the full report that follows brings them back. */
-		loc_drop_worker(w, id);
+		/* Re-registration (a restarted worker): its locations stay
+		 * until the full report that follows has named what it still
+		 * has (a warm restart keeps them all). */
 		protobuf_c_message_free_unpacked(&wk->info->base, NULL);
 	} else {
 		if (w->n == w->cap) {
@@ -458,7 +475,6 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	wk->last_ms = cis_mono_ms();
 	wk->capacity = info->capacity;
 	wk->used = info->used;
-	wk->blocks = 0;
 	w->version++;
 	cis_gauge_set(w->g_live, (double)w->n);
 	r->worker_id = id;
@@ -484,10 +500,10 @@ static void do_note_blocks(mst_workers *w, struct worker *wk, const ProtobufCBin
 		cis_block_id id;
 		if (!id_from_bytes(ids[i], &id))
 			continue;
-		if (added && loc_add(w, id, wk->id) == 1)
-			wk->blocks++;
-		else if (!added && loc_del(w, id, wk->id) == 1 && wk->blocks)
-			wk->blocks--;
+		if (added)
+			loc_add(w, wk, id);
+		else
+			loc_del(w, wk, id);
 	}
 }
 
@@ -552,11 +568,11 @@ int mst_workers_report(mst_workers *w, const ProtobufCMessage *req_msg, Protobuf
 		free(r);
 		return unknown_worker(em);
 	}
-	if (req->first) {
-		loc_drop_worker(w, wk->id);
-		wk->blocks = 0;
-	}
+	if (req->first)
+		wk->report_gen++;
 	do_note_blocks(w, wk, req->blocks, req->n_blocks, true);
+	if (req->last)
+		loc_drop_worker(w, wk, true);
 	r->blocks_known = wk->blocks;
 	pthread_mutex_unlock(&w->lock);
 	*reply = &r->base;
@@ -610,7 +626,7 @@ json_t *mst_workers_json(mst_workers *w)
 		                   (json_int_t)(now - wk->last_ms)));
 	}
 	json_t *o = json_pack("{s:I, s:o, s:I}", "version", (json_int_t)w->version, "workers", arr,
-	                      "blocks_indexed", (json_int_t)w->nlocs);
+	                      "blocks_indexed", (json_int_t)w->nblocks);
 	pthread_mutex_unlock(&w->lock);
 	return o;
 }

@@ -722,6 +722,147 @@ Test(master, workers_register_heartbeat_lost)
 	mst_reply_clear(&r);
 }
 
+/* Block number k (1..255) as the 16 bytes a worker sends. */
+static void block_bytes(uint8_t k, uint8_t out[16])
+{
+	memset(out, 0, 16);
+	out[0] = k;
+	out[15] = 1;
+}
+
+/* How many workers hold block number k; the first of them in *first. */
+static size_t holders(uint8_t k, uint64_t *first)
+{
+	cis_block_id id = {(uint64_t)k << 56, 1};
+	uint64_t w[4];
+	size_t n = mst_workers_locate(m->workers, id, w, 4);
+	if (n && first)
+		*first = w[0];
+	return n;
+}
+
+/* One page of worker wid's full block report naming blocks ks[0..n). */
+static int report_page(uint64_t wid, bool first, bool last, const uint8_t *ks, size_t n,
+                       uint64_t *known)
+{
+	uint8_t raw[8][16];
+	ProtobufCBinaryData b[8];
+	for (size_t i = 0; i < n; i++) {
+		block_bytes(ks[i], raw[i]);
+		b[i].data = raw[i];
+		b[i].len = 16;
+	}
+	Cis__BlockReportRequest q = CIS__BLOCK_REPORT_REQUEST__INIT;
+	q.worker_id = wid;
+	q.first = first;
+	q.last = last;
+	q.n_blocks = n;
+	q.blocks = b;
+	mst_reply r;
+	call(CIS_MSG_MASTER_BLOCK_REPORT, &q.base, &r);
+	int code = r.code;
+	if (code == 0 && known)
+		*known = ((Cis__BlockReportReply *)r.msg)->blocks_known;
+	mst_reply_clear(&r);
+	return code;
+}
+
+/* A heartbeat from wid adding block number add and removing block number
+ * del (0: none). */
+static int heartbeat_delta(uint64_t wid, uint8_t add, uint8_t del)
+{
+	uint8_t a[16], d[16];
+	block_bytes(add, a);
+	block_bytes(del, d);
+	ProtobufCBinaryData ab = {16, a}, db = {16, d};
+	Cis__HeartbeatRequest hq = CIS__HEARTBEAT_REQUEST__INIT;
+	hq.worker_id = wid;
+	hq.n_added = add ? 1 : 0;
+	hq.added = &ab;
+	hq.n_removed = del ? 1 : 0;
+	hq.removed = &db;
+	mst_reply r;
+	call(CIS_MSG_MASTER_HEARTBEAT, &hq.base, &r);
+	int code = r.code;
+	mst_reply_clear(&r);
+	return code;
+}
+
+/* A full report in pages replaces the worker's locations at its last page:
+ * until then the blocks it had stay located (a load half way through a
+ * worker's report fetched them again, replication copied them); what a
+ * heartbeat adds or removes meanwhile counts. */
+Test(master, a_full_report_replaces_locations_at_its_last_page)
+{
+	uint64_t known = 0, who = 0;
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(report_page(42, true, true, (const uint8_t[]){1, 2, 3}, 3, &known), 0);
+	cr_assert_eq(known, 3);
+	cr_assert_eq(report_page(42, true, false, (const uint8_t[]){1}, 1, &known), 0);
+	cr_assert_eq(holders(2, &who), 1, "a block not named yet is still located");
+	cr_assert_eq(who, 42);
+	cr_assert_eq(holders(3, NULL), 1);
+	cr_assert_eq(heartbeat_delta(42, 4, 0), 0);
+	cr_assert_eq(heartbeat_delta(42, 0, 1), 0);
+	cr_assert_eq(report_page(42, false, true, (const uint8_t[]){2}, 1, &known), 0);
+	cr_assert_eq(known, 2, "blocks 2 and 4, got %llu", (unsigned long long)known);
+	cr_assert_eq(holders(1, NULL), 0, "removed by a heartbeat during the report");
+	cr_assert_eq(holders(2, NULL), 1);
+	cr_assert_eq(holders(3, NULL), 0, "not in the report: dropped at its last page");
+	cr_assert_eq(holders(4, NULL), 1, "added by a heartbeat during the report");
+	json_t *j = mst_workers_json(m->workers);
+	cr_assert_eq(json_integer_value(json_object_get(j, "blocks_indexed")), 2);
+	json_decref(j);
+	/* An empty report (a worker whose cache was wiped) drops everything. */
+	cr_assert_eq(report_page(42, true, true, NULL, 0, &known), 0);
+	cr_assert_eq(known, 0);
+	cr_assert_eq(holders(2, NULL) + holders(4, NULL), 0);
+}
+
+/* A worker registering again (a warm restart) keeps its locations until its
+ * report says what it still has. */
+Test(master, a_reregistered_worker_keeps_its_locations_until_its_report)
+{
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(heartbeat_delta(42, 1, 0), 0);
+	cr_assert_eq(heartbeat_delta(42, 2, 0), 0);
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(holders(1, NULL), 1);
+	cr_assert_eq(holders(2, NULL), 1);
+	cr_assert_eq(report_page(42, true, true, (const uint8_t[]){2}, 1, NULL), 0);
+	cr_assert_eq(holders(1, NULL), 0);
+	cr_assert_eq(holders(2, NULL), 1);
+}
+
+/* A lost worker takes its own locations with it and no one else's. */
+Test(master, a_lost_worker_drops_only_its_own_locations)
+{
+	uint64_t who = 0;
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(register_at("10.0.0.2", 19610, 50, NULL), 0);
+	cr_assert_eq(heartbeat_delta(42, 1, 0), 0);
+	cr_assert_eq(heartbeat_delta(42, 2, 0), 0);
+	cr_assert_eq(heartbeat_delta(50, 1, 0), 0);
+	cr_assert_eq(heartbeat_delta(50, 3, 0), 0);
+	cr_assert_eq(holders(1, NULL), 2);
+	usleep(20000);
+	uint64_t t = cis_mono_ms();
+	cr_assert_eq(heartbeat_delta(50, 0, 0), 0);
+	/* 42 was last heard over 20 ms before t, 50 at t or later. */
+	mst_workers_expire(m->workers, t + 199);
+	uint64_t *ids;
+	size_t n;
+	cr_assert_eq(mst_workers_ids(m->workers, &ids, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(ids[0], 50);
+	free(ids);
+	cr_assert_eq(holders(1, &who), 1);
+	cr_assert_eq(who, 50);
+	cr_assert_eq(holders(2, NULL), 0);
+	cr_assert_eq(holders(3, &who), 1);
+	cr_assert_eq(who, 50);
+}
+
 Test(master, api_redacts_credentials_and_checks_input)
 {
 	cis_errmsg em = {{0}};
