@@ -17,6 +17,7 @@ static const char *const project_names[CIS_E_LAST - CIS_E_FIRST] = {
     [CIS_E_CHANGED - CIS_E_FIRST] = "object changed in the store",
     [CIS_E_CLOSED - CIS_E_FIRST] = "connection closed",
     [CIS_E_INTERNAL - CIS_E_FIRST] = "internal error",
+    [CIS_E_UPSTREAM - CIS_E_FIRST] = "a peer could not reach its own server",
 };
 
 const char *cis_strerror(int err)

@@ -268,10 +268,14 @@ int fcl_pt_attach(fcl *c, struct fuse_session *se);
  * how the kernel reads it: the backing id to answer with
  * (fcl_pt_mark_reply), or 0 for the page cache. fd: a file on this host
  * holding the object's bytes (used only if it has size bytes), or -1;
- * closed here. *direct: reads must still come to the daemon
- * (the node passes through to another version). Pair with fcl_pt_release
- * (also when the reply fails). */
-int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool *direct);
+ * closed here. o_direct: the open asked for O_DIRECT, which the kernel
+ * would pass on to the block file's own file system (EINVAL for reads it
+ * does not align): such an open never starts passing through. *direct:
+ * reads must still come to the daemon (the node passes through to another
+ * version, or o_direct). Pair with fcl_pt_release (also when the reply
+ * fails). */
+int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool o_direct,
+                    bool *direct);
 void fcl_pt_release(fcl *c, uint64_t ino);
 /* The calling thread's next OPEN reply passes through to backing (0: the
  * mark is cleared). */

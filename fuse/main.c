@@ -43,10 +43,11 @@ static fuse_ino_t to_fuse(const fcl *c, uint64_t ino)
 }
 
 /* A code for the kernel: errno values pass, Cistern codes (the master or a
- * store failed) read as EIO. */
+ * store failed) and failures to reach the master (ECONNREFUSED from a
+ * stat reads as a bug in the program) read as EIO. */
 static int kernel_err(int rc)
 {
-	if (rc >= 0)
+	if (rc >= 0 || cis_rpc_unreachable(rc))
 		return EIO;
 	return -rc < CIS_E_FIRST ? -rc : EIO;
 }
@@ -489,7 +490,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ask_owner = !fcl_prefetch_local(c, f, 0, &bfd);
 	}
 	bool direct;
-	int32_t backing = fcl_pt_open(c, mino, f->vhash, f->size, bfd, &direct);
+	int32_t backing =
+	    fcl_pt_open(c, mino, f->vhash, f->size, bfd, (fi->flags & O_DIRECT) != 0, &direct);
 	if (backing) {
 		fi->keep_cache = 0; /* the kernel refuses it with passthrough */
 		fi->direct_io = direct;
@@ -937,8 +939,7 @@ static int resolve_root(fcl *c, cis_errmsg *em)
 	rc = fcl_master_resolve(c, c->opts->root, &a, &why);
 	if (rc == 0)
 		c->root_ino = a.ino;
-	else if (rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EHOSTUNREACH ||
-	         rc == -CIS_E_CLOSED || rc == -ENETUNREACH)
+	else if (cis_rpc_unreachable(rc))
 		cis_fail(em, rc, "cannot reach master at %s: %s", c->opts->master,
 		         cis_errmsg_or(&why, rc));
 	else

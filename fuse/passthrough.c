@@ -23,7 +23,10 @@
  * kernel lets go of it before it sends that release). An open that finds
  * the node passing through to a backing file of another version (the
  * object changed while open) still names that backing file, but with
- * FOPEN_DIRECT_IO, which sends its reads to the daemon. */
+ * FOPEN_DIRECT_IO, which sends its reads to the daemon; so does an O_DIRECT
+ * open (the kernel would hand O_DIRECT on to the block file's file system,
+ * whose alignment rules a FUSE file does not have), which never starts
+ * passing through either. */
 #include "client.h"
 
 #include <errno.h>
@@ -144,6 +147,7 @@ typedef struct pt_open {
 	fcl *c;
 	uint64_t vhash;
 	int fd; /* the block file, or -1 */
+	bool o_direct;
 	int32_t backing;
 	bool direct;
 } pt_open;
@@ -175,7 +179,7 @@ static void decide(fcl_io *io, void *arg)
 	pt_open *po = arg;
 	if (io->opens > 0) {
 		po->backing = io->backing;
-		po->direct = io->backing && io->vhash != po->vhash;
+		po->direct = io->backing && (io->vhash != po->vhash || po->o_direct);
 	} else if (po->fd >= 0 && !__atomic_load_n(&po->c->pt.refused, __ATOMIC_RELAXED)) {
 		io->backing = backing_open(po->c, po->fd);
 		io->vhash = po->vhash;
@@ -184,14 +188,16 @@ static void decide(fcl_io *io, void *arg)
 	io->opens++;
 }
 
-int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool *direct)
+int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool o_direct,
+                    bool *direct)
 {
 	struct stat st;
 	bool on = pt_on(c);
 	/* A block file cut short behind the worker's back would read short:
 	 * such a file is read through the daemon, which fails over. */
 	bool whole = on && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
-	pt_open po = {.c = c, .vhash = vhash, .fd = whole ? fd : -1};
+	pt_open po = {
+	    .c = c, .vhash = vhash, .fd = whole && !o_direct ? fd : -1, .o_direct = o_direct};
 	*direct = false;
 	if (on && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0) {
 		*direct = po.direct;

@@ -178,13 +178,6 @@ static uint64_t block_len(const fcl_file *f, uint64_t idx)
 	return f->size - start < f->block_size ? f->size - start : f->block_size;
 }
 
-/* A worker that did not answer (as opposed to one that answered "no"). */
-static bool unreachable(int rc)
-{
-	return rc == -ETIMEDOUT || rc == -CIS_E_CLOSED || rc == -ECONNREFUSED ||
-	       rc == -ECONNRESET || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -EPIPE;
-}
-
 static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t boff, size_t len,
                       bool seq, fcl_seg *seg, cis_errmsg *em)
 {
@@ -212,7 +205,8 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 			/* Refused by a worker that answers (too many leases, the
 			 * block file gone bad and dropped): it can still stream
 			 * the bytes, fetching them again as needed. */
-			if (rc == -EAGAIN || (rc && rc != -CIS_E_CHANGED && !unreachable(rc)))
+			if (rc == -EAGAIN ||
+			    (rc && rc != -CIS_E_CHANGED && !cis_rpc_unreachable(rc)))
 				stream = true;
 			if (rc == 0 && blen != block_len(f, idx)) {
 				/* Exactly the block's length, or it is not this block. */
@@ -279,7 +273,7 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		/* A worker that answered "no" (the block is bad, the request
 		 * malformed) is still alive; one that did not answer is skipped
 		 * for a while. */
-		if (unreachable(rc))
+		if (cis_rpc_unreachable(rc))
 			mark_down(c, w->id);
 		char cause[64];
 		snprintf(cause, sizeof(cause), "worker-read:%llu", (unsigned long long)w->id);

@@ -49,7 +49,7 @@
 #define DEFAULT_CONNECT_MS 3000
 #define DEFAULT_CALL_MS    30000
 #define BACKOFF_MIN_MS     100
-#define BACKOFF_MAX_MS     5000
+#define BACKOFF_MAX_MS     1000
 #define MAX_FDS_QUEUED     64
 
 struct rframe {
@@ -732,6 +732,12 @@ static void end_call(cis_rpc_client *c, struct call *k)
 	pthread_cond_destroy(&k->cv);
 }
 
+bool cis_rpc_unreachable(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -CIS_E_CLOSED || rc == -ECONNREFUSED ||
+	       rc == -ECONNRESET || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -EPIPE;
+}
+
 /* An error frame's code and message. */
 static int error_of(const struct rframe *f, cis_errmsg *em)
 {
@@ -743,6 +749,8 @@ static int error_of(const struct rframe *f, cis_errmsg *em)
 		return cis_fail(em, -CIS_E_PROTO, "malformed error reply");
 	e = (Cis__ErrorReply *)m;
 	r = e->code < 0 ? e->code : -CIS_E_PROTO;
+	if (cis_rpc_unreachable(r))
+		r = -CIS_E_UPSTREAM; /* the peer answered: it is not the one unreachable */
 	cis_fail(em, r, "%s", e->message && *e->message ? e->message : cis_strerror(r));
 	protobuf_c_message_free_unpacked(m, NULL);
 	return r;

@@ -13,7 +13,9 @@
 #  - a block file truncated under the client's cached short-circuit
 #    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
-#    into the store with its verify pattern.
+#    into the store with its verify pattern;
+#  - the master killed: lookups fail with EIO (not ECONNREFUSED) while it is
+#    away, and resolve again within about a second of its return.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/fuse_lib.sh"
 command -v fio >/dev/null || fail "fio is not installed"
@@ -260,4 +262,29 @@ wait_for 20 bash -c "[ \"\$(stat -c %Y '$SRC/fio/cis.0.0')\" = \"\$(stat -c %Y '
 fio "${FIO_JOB[@]/#--directory=*/--directory=$MNT/data/fio}" --rw=read --readonly --numjobs=1 \
 	>"$CIS_TMP/fio-bad.log" 2>&1 && fail "fio verified a corrupted file"
 grep -q "verify failed" "$CIS_TMP/fio-bad.log" || fail "fio: no verify failure: $(tail -3 "$CIS_TMP/fio-bad.log")"
+
+# --- the master restarted ----------------------------------------------------------------
+log "master away: lookups fail with EIO; back: names resolve again within about a second"
+MNT4="$CIS_TMP/mnt4"
+mount_fuse "$MNT4" --attr-timeout 0.2 --entry-timeout 0.2 --negative-timeout 0.2
+cmp "$SRC/sc.bin" "$MNT4/data/sc.bin" || fail "sc.bin differs (before the master restart)"
+kill -9 "$MPID"
+# 3 s of lookups: the client's back-off reaches its cap.
+for i in $(seq 30); do
+	err=$(stat "$MNT4/data/new-$i" 2>&1) && fail "a lookup succeeded with the master away"
+	sleep 0.1
+done
+assert_contains "$err" "Input/output error" "a lookup with the master away (ECONNREFUSED before)"
+"$MASTER_BIN" --data-dir "$CIS_TMP/master" --rpc-port "$MRPC" --http-port "$MHTTP" \
+	>>"$CIS_TMP/master.log" 2>&1 &
+MPID=$!
+disown "$MPID"
+cis_on_exit "kill_pid $MPID"
+wait_for 30 curl -sf -m 2 "http://127.0.0.1:$MHTTP/readyz"
+back=$(date +%s%N)
+wait_for 10 stat "$MNT4/data/ow.bin"
+took=$((($(date +%s%N) - back) / 1000000))
+[ "$took" -le 2000 ] || fail "the first lookup through came ${took} ms after the master was ready"
+cmp "$SRC/ow.bin" "$MNT4/data/ow.bin" || fail "ow.bin differs after the master restart"
+unmount_fuse "$MNT4"
 log "ok"

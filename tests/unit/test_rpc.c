@@ -28,8 +28,9 @@ enum {
 	T_ERROR,
 	T_NOREPLY,
 	T_LATER,
-	T_SLOW,   /* like T_LATER, after 600 ms */
-	T_FDLIST, /* queued on fd_list; fd_replier answers with the file's fd */
+	T_SLOW,     /* like T_LATER, after 600 ms */
+	T_FDLIST,   /* queued on fd_list; fd_replier answers with the file's fd */
+	T_UPSTREAM, /* an error reply with the code of a failed connect of its own */
 };
 
 #define FILE_LEN (3u << 20)
@@ -122,6 +123,10 @@ static void handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *h, const
 	case T_ERROR:
 		cis_rpc_reply_error(conn, h, -ENOENT, "/x/%llu: not found",
 		                    (unsigned long long)nonce);
+		break;
+	case T_UPSTREAM:
+		cis_rpc_reply_error(conn, h, -ECONNREFUSED,
+		                    "get mount from master: connection refused");
 		break;
 	case T_NOREPLY:
 		break;
@@ -379,6 +384,25 @@ Test(rpc, error_reply_code_and_message)
 	cis_rpc_client_free(c);
 }
 
+/* A server that answers with a code of a failed connect of its own (a
+ * worker whose master is away) is not taken for unreachable: the client
+ * gets -CIS_E_UPSTREAM with the server's message (a FUSE client skipped
+ * such a worker, healthy and holding the blocks, for 10 s). */
+Test(rpc, a_peers_own_connect_failure_is_not_the_clients)
+{
+	cis_rpc_client *c = client(false);
+	Cis__Ping p = CIS__PING__INIT;
+	cis_errmsg em = {{0}};
+	cis_rpc_result res;
+
+	int r = cis_rpc_call(c, T_UPSTREAM, &p.base, NULL, 0, &res, 0, &em);
+	cr_assert_eq(r, -CIS_E_UPSTREAM, "got %d", r);
+	cr_assert_not(cis_rpc_unreachable(r));
+	cr_assert_str_eq(em.text, "get mount from master: connection refused");
+	cr_assert(cis_rpc_unreachable(-ECONNREFUSED) && cis_rpc_unreachable(-CIS_E_CLOSED));
+	cis_rpc_client_free(c);
+}
+
 Test(rpc, reply_later_from_another_thread)
 {
 	cis_rpc_client *c = client(false);
@@ -467,6 +491,38 @@ Test(rpc, server_restart_client_reconnects)
 			cis_sleep_ms(100);
 	}
 	cr_assert_eq(r, 0, "%s", em.text);
+	cis_rpc_client_free(c);
+}
+
+/* After a long outage the client's back-off is at most 1 s: a server back
+ * up is used again within about a second (at 5 s, a FUSE client refused
+ * lookups for seconds after its master had restarted). */
+Test(rpc, a_server_back_after_a_long_outage_is_used_within_a_second)
+{
+	cis_rpc_client *c = client(false);
+	uint16_t port = cis_rpc_server_port(srv);
+	cis_errmsg em = {{0}};
+	int r;
+
+	cr_assert_eq(echo(c, 1, "before", &em), 0, "%s", em.text);
+	cis_rpc_server_stop(srv);
+	srv = NULL;
+	/* 3.5 s of calls every 50 ms: the back-off grows to its cap. */
+	for (uint64_t end = cis_mono_ms() + 3500; cis_mono_ms() < end;) {
+		cr_assert_neq(echo(c, 2, "down", &em), 0);
+		cis_sleep_ms(50);
+	}
+	srv = start_server(port);
+	uint64_t back = cis_mono_ms();
+	do {
+		r = echo(c, 3, "after", &em);
+		if (r)
+			cis_sleep_ms(20);
+	} while (r && cis_mono_ms() < back + 3000);
+	cr_assert_eq(r, 0, "%s", em.text);
+	uint64_t took = cis_mono_ms() - back;
+	cr_assert_leq(took, 1500, "the first call through came %llu ms after the server",
+	              (unsigned long long)took);
 	cis_rpc_client_free(c);
 }
 

@@ -25,6 +25,7 @@ enum cis_err {
 	CIS_E_CHANGED,  /* the object changed under us (version mismatch) */
 	CIS_E_CLOSED,   /* the connection closed or was never open */
 	CIS_E_INTERNAL, /* a bug: an invariant did not hold */
+	CIS_E_UPSTREAM, /* a peer answered that it could not reach a server of its own */
 	CIS_E_LAST
 };
 

@@ -136,7 +136,10 @@ void cis_rpc_client_abort(cis_rpc_client *c);
 /* Send a request and wait for its (single-frame) reply. timeout_ms 0 means
  * the client's default. An error reply returns its code (em gets its
  * message); a broken connection -CIS_E_CLOSED; a timeout -ETIMEDOUT;
- * cannot connect -ECONNREFUSED or -EHOSTUNREACH or the like. */
+ * cannot connect -ECONNREFUSED or -EHOSTUNREACH or the like. A peer's
+ * error reply carrying one of those codes (it could not reach a server of
+ * its own) returns -CIS_E_UPSTREAM, so that only this client's own
+ * failures to reach the peer read as cis_rpc_unreachable. */
 int cis_rpc_call(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req, const void *data,
                  size_t data_len, cis_rpc_result *res, int timeout_ms, cis_errmsg *em);
 
@@ -150,5 +153,9 @@ int cis_rpc_call_stream(cis_rpc_client *c, uint16_t type, const ProtobufCMessage
                         cis_rpc_frame_fn fn, void *arg, int timeout_ms, cis_errmsg *em);
 
 void cis_rpc_result_free(cis_rpc_result *r);
+
+/* Whether rc says the peer could not be reached or stopped answering (as
+ * opposed to a peer that answered with an error). */
+bool cis_rpc_unreachable(int rc);
 
 #endif
