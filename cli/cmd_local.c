@@ -51,6 +51,7 @@
 #include "cistern/hash.h"
 #include "cistern/http.h"
 #include "cistern/time.h"
+#include "cistern/version.h"
 
 #include "cli.h"
 
@@ -1451,8 +1452,11 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	s.fuse.name = "cistern-fuse";
 
 	rc = cis_config_load(&cfg, local_opts, NULL, argc, argv, 1, &em);
-	if (rc == 1) {
-		cis_config_usage(local_opts, stdout, local_synopsis);
+	if (rc == 1 || rc == 2) {
+		if (rc == 1)
+			cis_config_usage(local_opts, stdout, local_synopsis);
+		else
+			cis_version_print("cistern", stdout);
 		cis_config_free(cfg);
 		return 0;
 	}

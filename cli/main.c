@@ -11,6 +11,7 @@
 
 #include "cistern/http.h"
 #include "cistern/log.h"
+#include "cistern/version.h"
 #include "cli.h"
 
 static const cli_cmd commands[] = {
@@ -38,7 +39,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: cistern [--api HOST:PORT] COMMAND [ARGS]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, "\n'cistern COMMAND --help' for a command's flags. The master's admin API "
+	fprintf(f, "\n'cistern COMMAND --help' for a command's flags; 'cistern --version' the "
+	           "release. The master's admin API "
 	           "address is --api, CISTERN_API or 127.0.0.1:19601.\n");
 }
 
@@ -224,6 +226,9 @@ int main(int argc, char **argv)
 			i++;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--version")) {
+			cis_version_print("cistern", stdout);
 			return 0;
 		} else {
 			fprintf(stderr, "cistern: unknown flag '%s'\n", argv[i]);

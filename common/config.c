@@ -191,7 +191,7 @@ static int load_env(cis_config *cfg, const char *prefix)
 }
 
 static int parse_args(cis_config *cfg, int argc, char **argv, int first, const char **config_path,
-                      bool *help, cis_errmsg *em)
+                      bool *help, bool *version, cis_errmsg *em)
 {
 	bool flags_done = false;
 
@@ -242,6 +242,11 @@ static int parse_args(cis_config *cfg, int argc, char **argv, int first, const c
 				*help = true;
 				continue;
 			}
+			if (!value && strcmp(name, "version") == 0 &&
+			    !find_opt(cfg, name, nlen, &idx)) {
+				*version = true;
+				continue;
+			}
 			/* --config is understood by every program, listed or not. */
 			if (nlen == 6 && strncmp(name, "config", 6) == 0 &&
 			    !find_opt(cfg, name, nlen, &idx)) {
@@ -281,7 +286,7 @@ int cis_config_load(cis_config **out, const cis_opt *opts, const char *env_prefi
 {
 	cis_config *cfg = calloc(1, sizeof(*cfg));
 	const char *config_path = NULL;
-	bool help = false;
+	bool help = false, version = false;
 	int r;
 
 	*out = NULL;
@@ -295,12 +300,12 @@ int cis_config_load(cis_config **out, const cis_opt *opts, const char *env_prefi
 		r = -ENOMEM;
 		goto out_free;
 	}
-	r = parse_args(cfg, argc, argv, first, &config_path, &help, em);
+	r = parse_args(cfg, argc, argv, first, &config_path, &help, &version, em);
 	if (r)
 		goto out_free;
-	if (help) {
+	if (help || version) {
 		*out = cfg;
-		return 1;
+		return help ? 1 : 2;
 	}
 	if (!config_path && env_prefix) {
 		char name[128];
@@ -362,6 +367,7 @@ void cis_config_usage(const cis_opt *opts, FILE *out, const char *synopsis)
 		fputc('\n', out);
 	}
 	fprintf(out, "  %-30s %s\n", "-h, --help", "show this help");
+	fprintf(out, "  %-30s %s\n", "--version", "print the program's release and exit");
 }
 
 /* The highest layer that has values for option idx, or NULL. */

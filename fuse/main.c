@@ -23,6 +23,7 @@
 #include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/time.h"
+#include "cistern/version.h"
 
 #define MAX_IO   (1u << 20) /* max_read, max_write, max_readahead */
 #define DIR_PAGE 1024
@@ -954,8 +955,11 @@ int main(int argc, char **argv)
 	fcl_opts o;
 	cis_errmsg em = {{0}};
 	int rc = fcl_opts_parse(&o, argc, argv, &em);
-	if (rc == 1) {
-		fcl_opts_usage(stdout);
+	if (rc == 1 || rc == 2) {
+		if (rc == 1)
+			fcl_opts_usage(stdout);
+		else
+			cis_version_print("cistern-fuse", stdout);
 		fcl_opts_free(&o);
 		return 0;
 	}

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 
+#include "cistern/version.h"
+
 static double gauge_opens(void *arg)
 {
 	fcl *c = arg;
@@ -39,7 +41,7 @@ int fcl_stats_init(fcl *c)
 	                                                    "path=\"remote\"", "path=\"store\""};
 	fcl_stats *s = &c->stats;
 	s->reg = cis_metrics_new();
-	if (!s->reg)
+	if (!s->reg || cis_version_metric(s->reg, "cistern-fuse"))
 		return -ENOMEM;
 	bool ok = true;
 	for (int p = 0; p < FCL_PATH_N; p++) {

@@ -38,7 +38,8 @@ void fcl_opts_usage(FILE *out)
 	      "  -o OPT[,OPT...]         the keys above with '_' or '-', or FUSE mount options\n"
 	      "                          (allow_other, default_permissions, ro, ...)\n"
 	      "  -f                      stay in the foreground\n"
-	      "  -d                      FUSE debug output (implies -f)\n",
+	      "  -d                      FUSE debug output (implies -f)\n"
+	      "  --version               print the release and exit\n",
 	      out);
 }
 
@@ -234,6 +235,9 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 			flags_done = true;
 		} else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			rc = 1;
+			goto out;
+		} else if (strcmp(a, "--version") == 0) {
+			rc = 2;
 			goto out;
 		} else if (strcmp(a, "-f") == 0) {
 			o->foreground = true;

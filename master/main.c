@@ -11,6 +11,7 @@
 #include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/rpc.h"
+#include "cistern/version.h"
 #include "master.h"
 
 #define MASTER_HTTP_THREADS 4
@@ -84,6 +85,10 @@ int main(int argc, char **argv)
 		cis_config_usage(opts, stdout, "cistern-master [--config FILE] [flags]");
 		return 0;
 	}
+	if (rc == 2) {
+		cis_version_print("cistern-master", stdout);
+		return 0;
+	}
 	if (rc)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 	if (cis_log_parse_level(cis_config_str(cfg, "log-level"), &lvl))
@@ -112,7 +117,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	cis_metrics *metrics = cis_metrics_new();
-	if (!metrics)
+	if (!metrics || cis_version_metric(metrics, "cistern-master"))
 		cis_die("out of memory");
 	mst_master *m;
 	mst_open_opts mo = {

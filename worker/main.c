@@ -23,6 +23,7 @@
 #include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/time.h"
+#include "cistern/version.h"
 
 static const cis_opt worker_opts[] = {
     {"master", "HOST:PORT", NULL, "master RPC address (without it: standalone, --mount only)",
@@ -263,6 +264,10 @@ int main(int argc, char **argv)
 		                 "cistern-worker [--config FILE] --cache-dir PATH:SIZE [options]");
 		return 0;
 	}
+	if (rc == 2) {
+		cis_version_print("cistern-worker", stdout);
+		return 0;
+	}
 	if (rc < 0)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 	if (cis_log_parse_level(cis_config_str(cfg, "log-level"), &lvl) < 0)
@@ -358,7 +363,7 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 
 	w.metrics = cis_metrics_new();
-	if (!w.metrics)
+	if (!w.metrics || cis_version_metric(w.metrics, "cistern-worker"))
 		cis_die("out of memory");
 	metrics_init(&w);
 	rc = wrk_bs_open(&w, &bo, &w.bs, &em);

@@ -43,6 +43,15 @@ metric() {
 
 start_master
 
+# ---- the release: --version of every program, the build_info metric ----
+for b in master/cistern-master worker/cistern-worker fuse/cistern-fuse cli/cistern; do
+	out=$("$CIS_BUILD/$b" --version) || fail "$b --version failed"
+	[[ "$out" =~ ^cistern(-master|-worker|-fuse)?\ [0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+		fail "$b --version: '$out'"
+done
+assert_eq "$(metric "cistern_build_info{program=\"cistern-master\",version=\"${out##* }\"}")" 1 \
+	"the master's build_info metric"
+
 # ---- file:// mounts, nested ----
 ROOT=$CIS_TMP/root
 mkdir -p "$ROOT/dir/sub" "$CIS_TMP/other"

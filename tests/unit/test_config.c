@@ -133,6 +133,20 @@ Test(config, help_is_reported)
 	cis_config_free(cfg);
 }
 
+Test(config, version_is_reported)
+{
+	cis_config *cfg;
+	char *argv[] = {"prog", "--rpc-port", "5", "--version", NULL};
+	char *with_value[] = {"prog", "--version=2", NULL};
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 4, argv, 1, NULL), 2);
+	cis_config_free(cfg);
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 2, with_value, 1, &em), -CIS_E_CONFIG,
+	             "--version takes no value");
+	cr_assert(strstr(em.text, "version") != NULL, "%s", em.text);
+}
+
 Test(parse, sizes)
 {
 	uint64_t v;

@@ -35,11 +35,12 @@ typedef struct cis_opt {
 typedef struct cis_config cis_config;
 
 /* Parse argv[first..argc) against opts (which must outlive the config) and
- * the layers above. "--config FILE" and "--help" are always understood;
- * with env_prefix NULL the environment is not read. On success *out is the
- * caller's (cis_config_free). Returns 0; 1 when --help was given (usage was
- * not printed: call cis_config_usage); or -CIS_E_CONFIG with em saying
- * what is wrong (unknown flag, missing value, unreadable file, bad line). */
+ * the layers above. "--config FILE", "--help" and "--version" are always
+ * understood; with env_prefix NULL the environment is not read. On success
+ * *out is the caller's (cis_config_free). Returns 0; 1 when --help was
+ * given (usage was not printed: call cis_config_usage); 2 when --version
+ * was (cis_version_print); or -CIS_E_CONFIG with em saying what is wrong
+ * (unknown flag, missing value, unreadable file, bad line). */
 int cis_config_load(cis_config **out, const cis_opt *opts, const char *env_prefix, int argc,
                     char **argv, int first, cis_errmsg *em);
 void cis_config_free(cis_config *cfg);
