@@ -96,10 +96,11 @@ int wrk_link_ufs(wrk_link *l, uint64_t mount_id, cis_ufs **out, uint64_t *block_
 
 	req.mount_id = mount_id;
 	memset(&res, 0, sizeof(res));
-	rc = cis_rpc_call(l->cl, CIS_MSG_MASTER_GET_MOUNT, &req.base, NULL, 0, &res, 10000, em);
-	if (rc < 0)
+	cis_errmsg why = {{0}};
+	rc = cis_rpc_call(l->cl, CIS_MSG_MASTER_GET_MOUNT, &req.base, NULL, 0, &res, 10000, &why);
+	if (rc < 0) /* why apart: em formatted from its own text came out garbled */
 		return cis_fail(em, rc, "mount %" PRIu64 ": get mount from master: %s", mount_id,
-		                cis_errmsg_or(em, rc));
+		                cis_errmsg_or(&why, rc));
 	rc = cis_msg_unpack(&cis__get_mount_reply__descriptor, res.msg, res.msg_len,
 	                    (ProtobufCMessage **)&rep);
 	cis_rpc_result_free(&res);
