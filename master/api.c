@@ -509,8 +509,14 @@ static int get_id(const cis_kvlist *q, json_t *body, uint64_t *id, json_t **out)
 		*id = (uint64_t)json_integer_value(v);
 		return 0;
 	}
-	if (!v && s && *s) {
+	if (!v && s) {
+		/* digits only: strtoull takes blanks and a sign ("-1" is 2^64-1) */
+		if (*s < '0' || *s > '9')
+			return fail_msg(out, 400, "bad job id: digits only (no sign or blanks)");
+		errno = 0;
 		*id = strtoull(s, &end, 10);
+		if (errno == ERANGE)
+			return fail_msg(out, 400, "bad job id: larger than 2^64-1");
 		if (!*end && *id)
 			return 0;
 	}

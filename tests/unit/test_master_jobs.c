@@ -941,3 +941,32 @@ Test(jobs, trim_spares_copies_while_a_holder_is_silent)
 	cis_rpc_server_stop(sa);
 	cis_rpc_server_stop(sb);
 }
+
+/* A job id in a query string is digits only: a sign, blanks, nothing or a
+ * value past 2^64 is a 400 that says so (strtoull took "-1" as 2^64-1 and
+ * " 1" or "+1" as job 1). */
+Test(jobs, bad_job_ids_in_a_query_are_refused)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	char good[32], spaced[40], plus[40];
+	snprintf(good, sizeof(good), "%llu", (unsigned long long)id);
+	snprintf(spaced, sizeof(spaced), " %llu", (unsigned long long)id);
+	snprintf(plus, sizeof(plus), "+%llu", (unsigned long long)id);
+	const char *bad[] = {
+	    "-1", spaced, plus, "", "0", "1x", "18446744073709551616", "99999999999999999999999"};
+	json_t *o = NULL;
+	cr_assert_eq(api("GET", "/api/v1/job", good, NULL, &o), 200);
+	json_decref(o);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		o = NULL;
+		int st = api("GET", "/api/v1/job", bad[i], NULL, &o);
+		cr_assert_eq(st, 400, "id \"%s\" -> %d", bad[i], st);
+		cr_assert(strstr(str(o, "error"), "job id"), "id \"%s\": %s", bad[i],
+		          str(o, "error"));
+		json_decref(o);
+	}
+}
