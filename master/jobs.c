@@ -12,7 +12,8 @@
  * the senders drain with Load RPCs, so at most `parallel` batches per job
  * are in flight and the producer blocks when the queue is full. A batch
  * whose worker cannot be reached (lost, refused, timed out) has its tasks
- * placed again over the workers still live, up to LOAD_ATTEMPTS times.
+ * placed again over the workers still live, up to LOAD_ATTEMPTS times; a
+ * task with nowhere else to go whose block a live worker holds is cached.
  *
  * Exact, resumable counts: files are tracked in walk order while their
  * tasks are out; when the oldest one is complete its counts move into the
@@ -535,8 +536,10 @@ static size_t task_order(struct job *j, const struct task *t, size_t *order, siz
 
 /* Place t on a live, not-failing worker that does not hold the block yet:
  * first past the block's first R owners (each of those has a task of its
- * own, so one that fails is replaced rather than doubled), else any. Caller
- * holds js->lock. */
+ * own, so one that fails is replaced rather than doubled), else any: 0.
+ * With no such worker left but a live one other than `failed` holding the
+ * block: 1, the caller counts t as cached (fewer copies than asked, as a
+ * load started now would end). Else -EHOSTUNREACH. Caller holds js->lock. */
 static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t failed)
 {
 	refresh_live(j, m);
@@ -554,6 +557,10 @@ static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t fa
 			if (w != failed && !is_bad(j, w) && !held)
 				return pend_task(j, w, t);
 		}
+	for (size_t k = 0; k < nh; k++)
+		for (size_t i = 0; i < j->nlive && hold[k] != failed; i++)
+			if (j->live[i] == hold[k])
+				return 1;
 	return -EHOSTUNREACH;
 }
 
@@ -629,9 +636,13 @@ static void send_batch(struct job *j, struct batch *b)
 		mark_bad(j, b->wid, mst_workers_lost_ms(m->workers) + 2000);
 		for (size_t i = 0; i < b->n; i++) {
 			struct task *t = &b->t[i];
-			if (j->cancel || ++t->attempts >= LOAD_ATTEMPTS ||
-			    place_again(j, m, t, b->wid) < 0)
+			int rc = j->cancel || ++t->attempts >= LOAD_ATTEMPTS
+			             ? -1
+			             : place_again(j, m, t, b->wid);
+			if (rc < 0)
 				task_done(j, t, err, cis_errmsg_or(&em, err), false, 0);
+			else if (rc > 0)
+				task_done(j, t, 0, NULL, true, 0);
 		}
 		flush_pending(j);
 		pthread_mutex_unlock(&j->js->lock);
@@ -794,9 +805,12 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		for (size_t i = 0; i < no; i++) {
 			uint64_t w = j->live[order[i]];
 			f->left++;
-			if (is_bad(j, w) ? place_again(j, m, &t, w) : pend_task(j, w, &t))
+			int rc = is_bad(j, w) ? place_again(j, m, &t, w) : pend_task(j, w, &t);
+			if (rc < 0)
 				task_done(j, &t, -EHOSTUNREACH, "no live worker could take it",
 				          false, 0);
+			else if (rc > 0)
+				task_done(j, &t, 0, NULL, true, 0);
 		}
 	}
 	f->all_queued = true;

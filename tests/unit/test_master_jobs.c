@@ -105,16 +105,24 @@ static uint64_t fake_worker(uint64_t capacity)
 	return register_worker(1, capacity, 0);
 }
 
-/* A worker that answers with handler, registered; the caller stops it. */
-static cis_rpc_server *serve_worker(cis_rpc_handler_fn handler)
+/* A worker that answers with handler, registered (its id into *id when not
+ * NULL); the caller stops it. */
+static cis_rpc_server *serve_worker_as(cis_rpc_handler_fn handler, uint64_t *id)
 {
 	cis_errmsg em = {{0}};
 	cis_rpc_server_opts so = {
 	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = handler};
 	cis_rpc_server *srv;
 	cr_assert_eq(cis_rpc_server_start(&so, &srv, &em), 0, "%s", em.text);
-	register_worker(cis_rpc_server_port(srv), 1 << 20, 0);
+	uint64_t got = register_worker(cis_rpc_server_port(srv), 1 << 20, 0);
+	if (id)
+		*id = got;
 	return srv;
+}
+
+static cis_rpc_server *serve_worker(cis_rpc_handler_fn handler)
+{
+	return serve_worker_as(handler, NULL);
 }
 
 /* The master again, with its background threads (jobs run by themselves,
@@ -969,4 +977,124 @@ Test(jobs, bad_job_ids_in_a_query_are_refused)
 		          str(o, "error"));
 		json_decref(o);
 	}
+}
+
+/* ---- a worker that answers Load ---- */
+
+/* Every block cached (lw_cached) or fetched in full, answered after
+ * lw_delay_ms on a thread of its own (lw_drain answers those at once). */
+static atomic_int lw_cached, lw_delay_ms, lw_release, lw_late;
+static atomic_uint lw_blocks, lw_batches;
+
+struct lw_call {
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	Cis__LoadRequest *q;
+	uint64_t due_ms;
+};
+
+static void lw_answer(cis_rpc_conn *conn, const cis_frame_hdr *hdr, const Cis__LoadRequest *q)
+{
+	Cis__BlockResult *res = calloc(q->n_blocks, sizeof(*res));
+	Cis__BlockResult **rp = calloc(q->n_blocks, sizeof(*rp));
+	cr_assert(res && rp);
+	for (size_t i = 0; i < q->n_blocks; i++) {
+		const Cis__BlockRef *b = q->blocks[i];
+		uint64_t end = (b->index + 1) * b->block_size;
+		cis__block_result__init(&res[i]);
+		res[i].id = b->id;
+		res[i].length =
+		    (end > b->file_size ? b->file_size : end) - b->index * b->block_size;
+		res[i].was_cached = atomic_load(&lw_cached);
+		rp[i] = &res[i];
+	}
+	Cis__LoadReply r = CIS__LOAD_REPLY__INIT;
+	r.job_id = q->job_id;
+	r.n_results = q->n_blocks;
+	r.results = rp;
+	cis_rpc_reply(conn, hdr, &r.base, 0);
+	free(res);
+	free(rp);
+}
+
+static void *lw_late_main(void *arg)
+{
+	struct lw_call *l = arg;
+	while (cis_mono_ms() < l->due_ms && !atomic_load(&lw_release))
+		cis_sleep_ms(10);
+	lw_answer(l->conn, &l->hdr, l->q);
+	cis__load_request__free_unpacked(l->q, NULL);
+	cis_rpc_conn_unref(l->conn);
+	free(l);
+	atomic_fetch_sub(&lw_late, 1);
+	return NULL;
+}
+
+static void load_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
+                        struct evbuffer *data)
+{
+	(void)ctx;
+	(void)data;
+	if (hdr->type != CIS_MSG_WORKER_LOAD) {
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
+	cr_assert(q);
+	atomic_fetch_add(&lw_blocks, (unsigned)q->n_blocks);
+	atomic_fetch_add(&lw_batches, 1);
+	int delay = atomic_load(&lw_delay_ms);
+	if (!delay) {
+		lw_answer(conn, hdr, q);
+		cis__load_request__free_unpacked(q, NULL);
+		return;
+	}
+	struct lw_call *l = malloc(sizeof(*l));
+	cr_assert(l);
+	*l = (struct lw_call){conn, *hdr, q, cis_mono_ms() + (uint64_t)delay};
+	cis_rpc_conn_ref(conn);
+	atomic_fetch_add(&lw_late, 1);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, lw_late_main, l), 0);
+	pthread_detach(t);
+}
+
+/* A file's first block, as the master names it. */
+static cis_block_id first_block(const char *path)
+{
+	cis_errmsg em = {{0}};
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, path, &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0;
+	cr_assert(mst_file_blocks(m, &f, &bs) >= 1);
+	return cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+}
+
+/* Two copies asked for; one owner refuses, the other holds the block
+ * already. A load started after the loss would find it cached on the live
+ * one (fewer copies than asked, no failure); one whose batch failed
+ * mid-job must end the same way, not fail the file with the dead worker's
+ * error (re-placement excluded the holder and found no one else). */
+Test(jobs, a_failed_owner_leaves_the_block_cached_on_a_live_holder)
+{
+	cis_errmsg em = {{0}};
+	fake_worker(1 << 20); /* refuses */
+	atomic_store(&lw_cached, 1);
+	uint64_t b;
+	cis_rpc_server *srv = serve_worker_as(load_worker, &b);
+	cis_block_id bid = first_block("/m/a.txt");
+	beat(b, &bid);
+	mst_job_req r = {.type = "load", .path = "/m/a.txt", .replicas = 2};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 0, "%s",
+	             str(json_array_get(json_object_get(j, "failures"), 0), "error"));
+	cr_assert_eq(count(j, "tasks_failed"), 0);
+	cr_assert_eq(count(j, "tasks_cached"), 2, "the holder's own task and the failed owner's");
+	cr_assert_eq(json_integer_value(json_object_get(j, "failures_total")), 0);
+	json_decref(j);
+	cis_rpc_server_stop(srv);
 }
