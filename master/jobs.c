@@ -61,6 +61,7 @@ struct frec {
 	struct frec *next;
 	char *path, *key, *version;
 	uint64_t ino, mount_id, size, bs;
+	bool dir;        /* a directory that failed to list: err, no tasks */
 	bool pin;        /* its blocks are pinned once loaded */
 	uint32_t left;   /* tasks not finished */
 	bool all_queued; /* every task of the file was made */
@@ -378,7 +379,7 @@ static void commit_head(struct job *j)
 		if (!j->fhead)
 			j->ftail = NULL;
 		j->nfiles--;
-		j->c.files++;
+		j->c.files += !f->dir;
 		j->c.bytes += f->size;
 		j->c.blocks += f->c.blocks;
 		j->c.tasks_loaded += f->c.tasks_loaded;
@@ -386,7 +387,7 @@ static void commit_head(struct job *j)
 		j->c.tasks_failed += f->c.tasks_failed;
 		j->c.bytes_loaded += f->c.bytes_loaded;
 		if (f->err) {
-			j->c.files_failed++;
+			j->c.files_failed += !f->dir;
 			add_failure(j, f->path, f->err);
 		}
 		free(j->cursor);
@@ -819,15 +820,32 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 	return err;
 }
 
+/* A directory that failed to list is recorded in walk order, as a file
+ * with its error and no tasks: the failure is counted when it reaches the
+ * head and becomes the cursor, so a job resumed before that lists the
+ * directory again and counts it then, and one resumed after skips it. */
 static int walk_err(void *arg, const char *path, int code, const char *msg)
 {
 	struct job *j = arg;
 	(void)code;
-	pthread_mutex_lock(&j->js->lock);
-	if (!j->resume_after || mst_path_order(path, j->resume_after) > 0) {
-		add_failure(j, path, msg);
-		j->dirty = true;
+	if (j->resume_after && mst_path_order(path, j->resume_after) <= 0)
+		return 0; /* counted before a restart */
+	struct frec *f = calloc(1, sizeof(*f));
+	if (!f || !(f->path = strdup(path)) || !(f->err = strdup(msg))) {
+		if (f)
+			frec_free(f);
+		return -ENOMEM;
 	}
+	f->dir = true;
+	f->all_queued = true;
+	pthread_mutex_lock(&j->js->lock);
+	if (j->ftail)
+		j->ftail->next = f;
+	else
+		j->fhead = f;
+	j->ftail = f;
+	j->nfiles++;
+	commit_head(j);
 	pthread_mutex_unlock(&j->js->lock);
 	return 0;
 }

@@ -1098,3 +1098,68 @@ Test(jobs, a_failed_owner_leaves_the_block_cached_on_a_live_holder)
 	json_decref(j);
 	cis_rpc_server_stop(srv);
 }
+
+/* Poll job id until it leaves "running" (at most max_ms); its record. */
+static json_t *wait_job(uint64_t id, uint64_t max_ms)
+{
+	uint64_t t0 = cis_mono_ms();
+	json_t *j = NULL;
+	for (;;) {
+		json_decref(j);
+		j = mst_job_json(m, id, 10);
+		if (strcmp(str(j, "state"), "running") || cis_mono_ms() - t0 > max_ms)
+			return j;
+		cis_sleep_ms(20);
+	}
+}
+
+/* /m/d is in the namespace but no longer lists (the store's d is a file). */
+static void make_d_unlistable(void)
+{
+	cis_errmsg em = {{0}};
+	char d[400], cmd[1000];
+	snprintf(d, sizeof(d), "%s/d", store);
+	mkdir(d, 0755);
+	put_file(d, "x1", "1");
+	put_file(d, "x2", "2");
+	uint64_t dirs;
+	cr_assert_eq(mst_ns_sync(m, "/m", false, &dirs, &em), 0, "%s", em.text);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s && echo notadir > %s", d, d);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* A directory that fails to list is one failure, also when the master
+ * stops before the files ahead of it are counted: the failure was
+ * recorded at once while the cursor stayed before the directory, so the
+ * resumed walk listed it again and counted it twice. */
+Test(jobs, a_listing_failure_is_counted_once_across_a_restart)
+{
+	cis_errmsg em = {{0}};
+	make_d_unlistable();
+	reopen_with_threads(60000);
+	atomic_store(&lw_delay_ms, 2500); /* a.txt and b.txt are at the worker */
+	uint64_t w;
+	cis_rpc_server *srv = serve_worker_as(load_worker, &w);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cis_sleep_ms(1300); /* the walk is done and the record saved */
+	mst_close(m);       /* the job stays running in its record */
+	atomic_store(&lw_delay_ms, 0);
+	m = NULL;
+	reopen_with_threads(60000);
+	register_worker(cis_rpc_server_port(srv), 1 << 20, w);
+	cr_assert_eq(mst_jobs_resume(m), 0);
+	json_t *j = wait_job(id, 10000);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(json_integer_value(json_object_get(j, "failures_total")), 1);
+	json_t *f = json_object_get(j, "failures");
+	cr_assert_eq(json_array_size(f), 1);
+	cr_assert_str_eq(str(json_array_get(f, 0), "path"), "/m/d");
+	cr_assert_eq(count(j, "files"), 3, "a.txt, b.txt, sub/c.bin");
+	cr_assert_eq(count(j, "files_failed"), 0);
+	json_decref(j);
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+}
