@@ -19,8 +19,9 @@
  * tasks are out; when the oldest one is complete its counts move into the
  * committed totals and it becomes the cursor. The record holds committed
  * totals and the cursor only, so after a restart the walk skips files up to
- * the cursor (mst_path_order) and counts the rest again: nothing is counted
- * twice. Memory per job: the walk's page per level, the queue, and the
+ * the cursor (mst_path_order, done_before) and counts the rest again:
+ * nothing is counted twice. A directory that fails to list is tracked the
+ * same way, as a file with its error. Memory per job: the walk's page per level, the queue, and the
  * files in flight (at most INFLIGHT_FILES), never the whole file list. */
 #include <endian.h>
 #include <errno.h>
@@ -744,14 +745,33 @@ static bool file_pinned(const struct job *j, const char *path)
 	return !strcmp(j->type, "load") ? j->pin : !strcmp(j->type, "pin");
 }
 
+static bool path_within(const char *dir, const char *p)
+{
+	size_t dl = strlen(dir);
+	if (dl == 1)
+		return true; /* "/" */
+	return !strncmp(p, dir, dl) && (p[dl] == 0 || p[dl] == '/');
+}
+
+/* Whether a resumed job did path (a file, or a directory that failed to
+ * list) before its restart: whatever the walk visits up to the cursor,
+ * except a directory the cursor lies in (only part of it was done: its
+ * failure is new), and all below the cursor when that is a directory
+ * counted as failed (its files were left to that failure). Not the live
+ * cursor: senders move it (and free the old one) while the walk goes on. */
+static bool done_before(const struct job *j, const char *path)
+{
+	const char *c = j->resume_after;
+	return c &&
+	       (path_within(c, path) || (mst_path_order(path, c) <= 0 && !path_within(path, c)));
+}
+
 static int load_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct job *j = arg;
 	mst_master *m = j->js->m;
-	/* Not the live cursor: senders move it (and free the old one) while
-	 * the walk goes on. */
-	if (j->resume_after && mst_path_order(path, j->resume_after) <= 0)
-		return 0; /* done before a restart */
+	if (done_before(j, path))
+		return 0;
 	uint64_t bs = 0, nb = mst_file_blocks(m, ino, &bs);
 	struct frec *f = calloc(1, sizeof(*f));
 	if (!f)
@@ -828,8 +848,8 @@ static int walk_err(void *arg, const char *path, int code, const char *msg)
 {
 	struct job *j = arg;
 	(void)code;
-	if (j->resume_after && mst_path_order(path, j->resume_after) <= 0)
-		return 0; /* counted before a restart */
+	if (done_before(j, path))
+		return 0;
 	struct frec *f = calloc(1, sizeof(*f));
 	if (!f || !(f->path = strdup(path)) || !(f->err = strdup(msg))) {
 		if (f)
@@ -1169,14 +1189,6 @@ static int job_start(struct mst_jobs *js, struct job *j)
 		return -EAGAIN;
 	j->thread = true;
 	return 0;
-}
-
-static bool path_within(const char *dir, const char *p)
-{
-	size_t dl = strlen(dir);
-	if (dl == 1)
-		return true; /* "/" */
-	return !strncmp(p, dir, dl) && (p[dl] == 0 || p[dl] == '/');
 }
 
 /* The bytes a set of pins holds in the cache: each file's size times its

@@ -3,6 +3,7 @@
  * file:// store. Workers are registered by hand where a test needs one;
  * their addresses lead nowhere, which is the failure path under test. */
 #include <criterion/criterion.h>
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1158,6 +1159,38 @@ Test(jobs, a_listing_failure_is_counted_once_across_a_restart)
 	cr_assert_str_eq(str(json_array_get(f, 0), "path"), "/m/d");
 	cr_assert_eq(count(j, "files"), 3, "a.txt, b.txt, sub/c.bin");
 	cr_assert_eq(count(j, "files_failed"), 0);
+	json_decref(j);
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+}
+
+/* A job resumed with its cursor inside a directory that no longer lists
+ * reports that directory (the rest of it is not loaded): the failure was
+ * taken for one counted before the restart, as the directory sorts before
+ * the cursor, and the job ended with no failure. */
+Test(jobs, a_resumed_job_reports_the_directory_its_cursor_is_in)
+{
+	make_d_unlistable();
+	/* the record of a master stopped after it counted /m/d/x1 */
+	const char *rec = "{\"id\":77,\"type\":\"load\",\"state\":\"running\",\"path\":\"/m\","
+	                  "\"cursor\":\"/m/d/x1\",\"replicas\":1,\"parallel\":16,\"bandwidth\":0,"
+	                  "\"counts\":{\"files\":3},\"failures\":[],\"failures_total\":0}";
+	MDB_txn *txn;
+	cr_assert_eq(mst_txn_begin(m, true, &txn), 0);
+	uint64_t kbe = htobe64(77);
+	MDB_val k = {8, &kbe}, v = {strlen(rec), (void *)rec};
+	cr_assert_eq(mdb_put(txn, m->dbi_jobs, &k, &v, 0), 0);
+	cr_assert_eq(mst_txn_commit(txn), 0);
+	reopen_with_threads(60000);
+	cis_rpc_server *srv = serve_worker(load_worker);
+	cr_assert_eq(mst_jobs_resume(m), 0);
+	json_t *j = wait_job(77, 10000);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(json_integer_value(json_object_get(j, "failures_total")), 1);
+	json_t *f = json_object_get(j, "failures");
+	cr_assert_str_eq(str(json_array_get(f, 0), "path"), "/m/d");
+	cr_assert_eq(count(j, "files"), 4, "3 before the restart, then sub/c.bin");
 	json_decref(j);
 	mst_close(m);
 	cis_rpc_server_stop(srv);
