@@ -111,7 +111,8 @@ struct job {
 	uint64_t failures_total;
 	/* running state */
 	bool cancel, thread, resumed;
-	bool shutdown; /* the master is stopping: keep the record as it is */
+	bool shutdown;         /* the master is stopping: keep the record as it is */
+	cis_rpc_cancel *calls; /* its calls to workers: fired on cancel and shutdown */
 	pthread_t th;
 	pthread_cond_t cond; /* queue, in-flight files */
 	struct batch *qhead, *qtail;
@@ -283,9 +284,12 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	if (e)
 		snprintf(j->error, sizeof(j->error), "%s", e);
 	pthread_cond_init(&j->cond, NULL);
-	if (!j->path || !j->failures) {
+	if (!j->path || !j->failures || cis_rpc_cancel_new(&j->calls)) {
 		free(j->path);
+		free(j->cursor);
+		free(j->resume_after);
 		json_decref(j->failures);
+		pthread_cond_destroy(&j->cond);
 		free(j);
 		return NULL;
 	}
@@ -618,7 +622,8 @@ static void send_batch(struct job *j, struct batch *b)
 	rq.pin = b->pin;
 	cis_rpc_result res = {.fd = -1};
 	cis_errmsg em = {{0}};
-	int err = mst_wcall(m, b->wid, CIS_MSG_WORKER_LOAD, &rq.base, &res, 300000, &em);
+	int err =
+	    mst_wcall_in(m, b->wid, j->calls, CIS_MSG_WORKER_LOAD, &rq.base, &res, 300000, &em);
 	Cis__LoadReply *rep = NULL;
 	if (!err && cis_msg_unpack(&cis__load_reply__descriptor, res.msg, res.msg_len,
 	                           (ProtobufCMessage **)&rep))
@@ -629,13 +634,16 @@ static void send_batch(struct job *j, struct batch *b)
 		               rep->n_results, b->n);
 	if (err) {
 		/* the worker failed as a whole: place its tasks again */
-		cis_warn("load batch failed", "job=%llu worker=%llu blocks=%zu: %s",
-		         (unsigned long long)j->id, (unsigned long long)b->wid, b->n,
-		         cis_errmsg_or(&em, err));
-		if (!j->cancel)
-			cis_sleep_ms(500);
+		if (err != -ECANCELED) {
+			cis_warn("load batch failed", "job=%llu worker=%llu blocks=%zu: %s",
+			         (unsigned long long)j->id, (unsigned long long)b->wid, b->n,
+			         cis_errmsg_or(&em, err));
+			if (!j->cancel)
+				cis_sleep_ms(500);
+		}
 		pthread_mutex_lock(&j->js->lock);
-		mark_bad(j, b->wid, mst_workers_lost_ms(m->workers) + 2000);
+		if (!j->cancel)
+			mark_bad(j, b->wid, mst_workers_lost_ms(m->workers) + 2000);
 		for (size_t i = 0; i < b->n; i++) {
 			struct task *t = &b->t[i];
 			int rc = j->cancel || ++t->attempts >= LOAD_ATTEMPTS
@@ -983,8 +991,8 @@ static void bcast_flush(struct bcast *b)
 			Cis__FreeRequest rq = CIS__FREE_REQUEST__INIT;
 			rq.n_ids = b->n;
 			rq.ids = b->ids;
-			err = mst_wcall(m, b->live[w], CIS_MSG_WORKER_FREE, &rq.base, &res, 60000,
-			                &em);
+			err = mst_wcall_in(m, b->live[w], j->calls, CIS_MSG_WORKER_FREE, &rq.base,
+			                   &res, 60000, &em);
 			Cis__FreeReply *r = NULL;
 			if (!err && !cis_msg_unpack(&cis__free_reply__descriptor, res.msg,
 			                            res.msg_len, (ProtobufCMessage **)&r)) {
@@ -996,8 +1004,8 @@ static void bcast_flush(struct bcast *b)
 			rq.n_ids = b->n;
 			rq.ids = b->ids;
 			rq.pin = !strcmp(j->type, "pin");
-			err = mst_wcall(m, b->live[w], CIS_MSG_WORKER_PIN, &rq.base, &res, 60000,
-			                &em);
+			err = mst_wcall_in(m, b->live[w], j->calls, CIS_MSG_WORKER_PIN, &rq.base,
+			                   &res, 60000, &em);
 			Cis__PinReply *r = NULL;
 			if (!err && !cis_msg_unpack(&cis__pin_reply__descriptor, res.msg,
 			                            res.msg_len, (ProtobufCMessage **)&r)) {
@@ -1006,7 +1014,7 @@ static void bcast_flush(struct bcast *b)
 			}
 		}
 		cis_rpc_result_free(&res);
-		if (err) {
+		if (err && err != -ECANCELED) {
 			char wn[32];
 			snprintf(wn, sizeof(wn), "worker %llu", (unsigned long long)b->live[w]);
 			pthread_mutex_lock(&j->js->lock);
@@ -1130,6 +1138,7 @@ static void job_free(struct job *j)
 	free(j->cursor);
 	free(j->resume_after);
 	json_decref(j->failures);
+	cis_rpc_cancel_free(j->calls);
 	pthread_cond_destroy(&j->cond);
 	free(j);
 }
@@ -1145,6 +1154,7 @@ void mst_jobs_free(mst_jobs *js)
 		if (j->thread) {
 			j->shutdown = true;
 			j->cancel = true;
+			cis_rpc_cancel_fire(j->calls); /* not waiting for slow workers */
 			pthread_cond_broadcast(&j->cond);
 		}
 	pthread_mutex_unlock(&js->lock);
@@ -1355,7 +1365,7 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	j->created_ns = cis_wall_ns();
 	j->failures = json_array();
 	pthread_cond_init(&j->cond, NULL);
-	if (!j->path || !j->failures) {
+	if (!j->path || !j->failures || cis_rpc_cancel_new(&j->calls)) {
 		job_free(j);
 		return -ENOMEM;
 	}
@@ -1515,6 +1525,7 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 				               (unsigned long long)id, state_names[j->state]);
 			} else {
 				j->cancel = true;
+				cis_rpc_cancel_fire(j->calls); /* batches out fail now */
 				pthread_cond_broadcast(&j->cond);
 				if (!j->thread)
 					j->state = JOB_CANCELLED;

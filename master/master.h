@@ -22,6 +22,7 @@
 #include "cistern/hash.h"
 #include "cistern/kv.h"
 #include "cistern/metrics.h"
+#include "cistern/rpc.h"
 #include "cistern/ufs.h"
 
 #define MST_ROOT_INO        1
@@ -296,6 +297,11 @@ void mst_wconns_abort(mst_master *m, uint64_t wid);
 /* One RPC to worker wid (a live worker). res as cis_rpc_call. */
 int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
               int timeout_ms, cis_errmsg *em);
+/* mst_wcall that fails with -ECANCELED once cancel fires (a job's calls:
+ * cancelling the job or stopping the master must not wait for a slow
+ * worker). */
+int mst_wcall_in(mst_master *m, uint64_t wid, cis_rpc_cancel *cancel, uint16_t type,
+                 const ProtobufCMessage *req, void *res, int timeout_ms, cis_errmsg *em);
 int mst_repl_start(mst_master *m, uint64_t interval_ms, mst_repl **out);
 /* Stop the thread; the struct stays for mst_repl_kick (jobs finishing
  * after it) until mst_repl_free. */

@@ -132,11 +132,17 @@ out_unlock:
 int mst_wcall(mst_master *m, uint64_t wid, uint16_t type, const ProtobufCMessage *req, void *res,
               int timeout_ms, cis_errmsg *em)
 {
+	return mst_wcall_in(m, wid, NULL, type, req, res, timeout_ms, em);
+}
+
+int mst_wcall_in(mst_master *m, uint64_t wid, cis_rpc_cancel *cancel, uint16_t type,
+                 const ProtobufCMessage *req, void *res, int timeout_ms, cis_errmsg *em)
+{
 	cis_rpc_client *cl = NULL;
 	int err = client_for(m, wid, &cl, em);
 	if (err)
 		return err;
-	return cis_rpc_call(cl, type, req, NULL, 0, res, timeout_ms, em);
+	return cis_rpc_call_in(cl, cancel, type, req, NULL, 0, res, timeout_ms, em);
 }
 
 /* ---- worker hit counters (for the report) ---- */

@@ -66,7 +66,18 @@ struct call {
 	uint64_t deadline_ms; /* monotonic; when its caller gives up */
 	pthread_cond_t cv;
 	struct rframe *frames, **frames_tail;
-	int err; /* set when the connection broke */
+	int err; /* set when the connection broke or the call was cancelled */
+	/* the set it can be cancelled with, and its place there */
+	cis_rpc_cancel *cancel;
+	cis_rpc_client *client;
+	struct call *cnext;
+};
+
+/* Lock order: a cancel set's lock before a client's lock. */
+struct cis_rpc_cancel {
+	pthread_mutex_t lock;
+	bool fired;
+	struct call *calls;
 };
 
 struct cis_rpc_client {
@@ -304,6 +315,76 @@ void cis_rpc_client_abort(cis_rpc_client *c)
 	if (c->fd >= 0)
 		do_break(c);
 	pthread_mutex_unlock(&c->lock);
+}
+
+int cis_rpc_cancel_new(cis_rpc_cancel **out)
+{
+	cis_rpc_cancel *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
+	*out = t;
+	return 0;
+}
+
+void cis_rpc_cancel_free(cis_rpc_cancel *t)
+{
+	if (!t)
+		return;
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+void cis_rpc_cancel_fire(cis_rpc_cancel *t)
+{
+	pthread_mutex_lock(&t->lock);
+	t->fired = true;
+	for (struct call *k = t->calls; k; k = k->cnext) {
+		pthread_mutex_lock(&k->client->lock);
+		if (!k->err) {
+			k->err = -ECANCELED;
+			pthread_cond_signal(&k->cv);
+		}
+		pthread_mutex_unlock(&k->client->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Put k in its cancel set, if any: 0, or -ECANCELED when the set has
+ * fired already. k->cv is ready. */
+static int cancel_join(cis_rpc_client *c, struct call *k)
+{
+	cis_rpc_cancel *t = k->cancel;
+	int r = 0;
+
+	if (!t)
+		return 0;
+	k->client = c;
+	pthread_mutex_lock(&t->lock);
+	if (t->fired) {
+		r = -ECANCELED;
+	} else {
+		k->cnext = t->calls;
+		t->calls = k;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+static void cancel_leave(struct call *k)
+{
+	cis_rpc_cancel *t = k->cancel;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (struct call **pp = &t->calls; *pp; pp = &(*pp)->cnext)
+		if (*pp == k) {
+			*pp = k->cnext;
+			break;
+		}
+	pthread_mutex_unlock(&t->lock);
 }
 
 static void *reader_main(void *arg)
@@ -629,6 +710,13 @@ static int start_call(cis_rpc_client *c, struct call *k, uint16_t type, const Pr
 	k->frames_tail = &k->frames;
 	k->err = 0;
 	cond_init_mono(&k->cv);
+	r = cancel_join(c, k);
+	if (r) {
+		r = cis_fail(em, r, "rpc to %s: cancelled", target(c, t, sizeof(t)));
+		free(mb);
+		pthread_cond_destroy(&k->cv);
+		return r;
+	}
 	pthread_mutex_lock(&c->lock);
 	r = do_ensure_connected(c, em);
 	if (r) {
@@ -663,8 +751,10 @@ static int start_call(cis_rpc_client *c, struct call *k, uint16_t type, const Pr
 	}
 out_free:
 	free(mb);
-	if (r)
+	if (r) {
+		cancel_leave(k);
 		pthread_cond_destroy(&k->cv);
+	}
 	return r;
 }
 
@@ -709,7 +799,8 @@ static int next_frame(cis_rpc_client *c, struct call *k, uint64_t deadline, uint
 		if (!k->frames)
 			k->frames_tail = &k->frames;
 	} else {
-		r = cis_fail(em, k->err, "rpc to %s: connection closed", target(c, t, sizeof(t)));
+		r = cis_fail(em, k->err, "rpc to %s: %s", target(c, t, sizeof(t)),
+		             k->err == -ECANCELED ? "cancelled" : "connection closed");
 	}
 	pthread_mutex_unlock(&c->lock);
 	return r;
@@ -720,6 +811,7 @@ static void end_call(cis_rpc_client *c, struct call *k)
 {
 	struct rframe *f, *fn;
 
+	cancel_leave(k);
 	pthread_mutex_lock(&c->lock);
 	do_unlink_call(c, k);
 	f = k->frames;
@@ -759,10 +851,17 @@ static int error_of(const struct rframe *f, cis_errmsg *em)
 int cis_rpc_call(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req, const void *data,
                  size_t data_len, cis_rpc_result *res, int timeout_ms, cis_errmsg *em)
 {
+	return cis_rpc_call_in(c, NULL, type, req, data, data_len, res, timeout_ms, em);
+}
+
+int cis_rpc_call_in(cis_rpc_client *c, cis_rpc_cancel *cancel, uint16_t type,
+                    const ProtobufCMessage *req, const void *data, size_t data_len,
+                    cis_rpc_result *res, int timeout_ms, cis_errmsg *em)
+{
 	uint64_t started = cis_mono_ms();
 	uint64_t deadline = started + (uint64_t)(timeout_ms > 0 ? timeout_ms : c->call_ms);
 	struct rframe *f = NULL;
-	struct call k;
+	struct call k = {.cancel = cancel};
 	int r;
 
 	memset(res, 0, sizeof(*res));
@@ -799,7 +898,7 @@ int cis_rpc_call_stream(cis_rpc_client *c, uint16_t type, const ProtobufCMessage
 {
 	uint64_t started = cis_mono_ms();
 	uint64_t deadline = started + (uint64_t)(timeout_ms > 0 ? timeout_ms : c->call_ms);
-	struct call k;
+	struct call k = {0};
 	int r;
 
 	k.deadline_ms = deadline;

@@ -1196,3 +1196,69 @@ Test(jobs, a_resumed_job_reports_the_directory_its_cursor_is_in)
 	cis_rpc_server_stop(srv);
 	open_master();
 }
+
+/* Answer the delayed calls now and wait until they are. */
+static void lw_drain(void)
+{
+	atomic_store(&lw_release, 1);
+	while (atomic_load(&lw_late))
+		cis_sleep_ms(10);
+}
+
+/* A load whose batch is out at a worker slow to answer (20 s here; the
+ * call's timeout is 300 s). */
+static uint64_t start_slow_load(cis_rpc_server **srv)
+{
+	cis_errmsg em = {{0}};
+	reopen_with_threads(60000);
+	atomic_store(&lw_delay_ms, 20000);
+	*srv = serve_worker(load_worker);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	for (int i = 0; i < 200 && !atomic_load(&lw_batches); i++)
+		cis_sleep_ms(10);
+	cr_assert(atomic_load(&lw_batches), "no batch reached the worker");
+	return id;
+}
+
+/* Cancel does not wait for the batches out: they fail at once (the worker
+ * may go on fetching), and the job is cancelled within a second, not when
+ * the worker answers. */
+Test(jobs, cancel_does_not_wait_for_a_slow_worker)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server *srv;
+	uint64_t id = start_slow_load(&srv);
+	uint64_t t0 = cis_mono_ms();
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	json_t *j = wait_job(id, 5000);
+	uint64_t took = cis_mono_ms() - t0;
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	json_decref(j);
+	lw_drain();
+	mst_close(m);
+	m = NULL;
+	cis_rpc_server_stop(srv);
+	open_master();
+}
+
+/* A master stopping with a batch out does not wait for the worker either,
+ * and the job's record still says running (the next start resumes it). */
+Test(jobs, close_does_not_wait_for_a_slow_worker)
+{
+	cis_rpc_server *srv;
+	uint64_t id = start_slow_load(&srv);
+	uint64_t t0 = cis_mono_ms();
+	mst_close(m);
+	m = NULL;
+	uint64_t took = cis_mono_ms() - t0;
+	cr_assert_lt(took, 1000, "mst_close took %llu ms", (unsigned long long)took);
+	lw_drain();
+	cis_rpc_server_stop(srv);
+	open_master();
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_str_eq(str(j, "state"), "running");
+	json_decref(j);
+}

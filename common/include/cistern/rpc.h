@@ -143,6 +143,23 @@ void cis_rpc_client_abort(cis_rpc_client *c);
 int cis_rpc_call(cis_rpc_client *c, uint16_t type, const ProtobufCMessage *req, const void *data,
                  size_t data_len, cis_rpc_result *res, int timeout_ms, cis_errmsg *em);
 
+/* A set of calls, on any clients, that can be abandoned together (a job's
+ * calls to its workers, when it is cancelled or the process stops). */
+typedef struct cis_rpc_cancel cis_rpc_cancel;
+
+int cis_rpc_cancel_new(cis_rpc_cancel **out);
+/* No call may be in flight under t any more. */
+void cis_rpc_cancel_free(cis_rpc_cancel *t);
+/* Fail every call made under t with -ECANCELED, now and from now on. The
+ * connections stay up (late replies are discarded); the servers are not
+ * told, so work they started goes on. */
+void cis_rpc_cancel_fire(cis_rpc_cancel *t);
+/* cis_rpc_call that also fails with -ECANCELED once cancel fires (NULL:
+ * never). */
+int cis_rpc_call_in(cis_rpc_client *c, cis_rpc_cancel *cancel, uint16_t type,
+                    const ProtobufCMessage *req, const void *data, size_t data_len,
+                    cis_rpc_result *res, int timeout_ms, cis_errmsg *em);
+
 /* Like cis_rpc_call for replies streamed over several frames: each frame
  * is passed to fn (data valid during the call) until the one without
  * CIS_FRAME_MORE. fn returns 0 to go on, negative to abandon the request
