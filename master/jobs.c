@@ -127,7 +127,7 @@ struct job {
 	uint64_t *live;
 	size_t nlive;
 	uint64_t live_version;
-	uint64_t bw_start_ms, bw_bytes;
+	uint64_t bw_due_ms; /* when what was sent is paid for at the cap */
 	bool dirty;
 	uint64_t saved_ms;
 };
@@ -572,21 +572,42 @@ static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t fa
 
 /* ---- senders ---- */
 
+/* Wait on the job's condition for up to ms, saving the record when due.
+ * Caller holds js->lock. */
+static void job_wait(struct job *j, uint64_t ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&j->cond, &j->js->lock, &ts);
+	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
+		job_save(j);
+}
+
+/* The job's --bandwidth: one bucket its senders share. A sender waits
+ * until what was sent before is paid for at the cap (bw_due_ms), however
+ * long that is, then takes its batch on credit: the debt carries over to
+ * the next sender, so over any stretch the job sends at most the cap's
+ * worth plus one batch. It wakes at least every 100 ms (at once on a
+ * cancel: the job's cond) to notice a cancel or the master stopping. */
 static void throttle(struct job *j, uint64_t bytes)
 {
 	if (!j->bandwidth)
 		return;
 	pthread_mutex_lock(&j->js->lock);
-	uint64_t now = cis_mono_ms();
-	if (!j->bw_start_ms || now - j->bw_start_ms > 10000) {
-		j->bw_start_ms = now;
-		j->bw_bytes = 0;
+	for (;;) {
+		uint64_t now = cis_mono_ms();
+		if (j->cancel)
+			break;
+		if (j->bw_due_ms <= now) {
+			j->bw_due_ms = now + bytes * 1000 / j->bandwidth;
+			break;
+		}
+		job_wait(j, j->bw_due_ms - now < 100 ? j->bw_due_ms - now : 100);
 	}
-	j->bw_bytes += bytes;
-	uint64_t due_ms = j->bw_start_ms + j->bw_bytes * 1000 / j->bandwidth;
 	pthread_mutex_unlock(&j->js->lock);
-	if (due_ms > now)
-		cis_sleep_ms(due_ms - now > 10000 ? 10000 : due_ms - now);
 }
 
 static void send_batch(struct job *j, struct batch *b)
@@ -726,20 +747,6 @@ static void *sender_main(void *arg)
 }
 
 /* ---- the producer ---- */
-
-/* Wait on the job's condition for up to ms, saving the record when due.
- * Caller holds js->lock. */
-static void job_wait(struct job *j, uint64_t ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_cond_timedwait(&j->cond, &j->js->lock, &ts);
-	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
-		job_save(j);
-}
 
 /* Whether a file the job walks is to be pinned: a pin setting nearer to
  * it than the job's path decides, else the job's own (a pin job's setting

@@ -1262,3 +1262,53 @@ Test(jobs, close_does_not_wait_for_a_slow_worker)
 	cr_assert_str_eq(str(j, "state"), "running");
 	json_decref(j);
 }
+
+/* A mount /bw of 4 KiB blocks over store/bw, holding big.bin of nblocks
+ * (64 blocks, 256 KiB, make a batch). */
+static void bw_mount(int nblocks)
+{
+	char dir[400], p[500], uri[500];
+	snprintf(dir, sizeof(dir), "%s/bw", store);
+	mkdir(dir, 0755);
+	snprintf(p, sizeof(p), "%s/big.bin", dir);
+	FILE *f = fopen(p, "w");
+	cr_assert(f);
+	for (int i = 0; i < nblocks * 4096; i++)
+		fputc('x', f);
+	fclose(f);
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	cis_errmsg em = {{0}};
+	mst_mount_req r = {.path = "/bw", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), 0, "%s", em.text);
+}
+
+/* --bandwidth is one bucket for all the job's senders, and its debt
+ * carries over: at 16 KiB/s a 256 KiB batch costs 16 s, so the second
+ * batch waits that long (each sender slept at most 10 s whatever it owed,
+ * and the window started over after 10 s: a cap could be exceeded 2-6x).
+ * A sender waiting out the debt still notices a cancel at once. */
+Test(jobs, bandwidth_debt_holds_back_the_next_batch)
+{
+	cis_errmsg em = {{0}};
+	reopen_with_threads(60000);
+	bw_mount(128);
+	cis_rpc_server *srv = serve_worker(load_worker);
+	mst_job_req r = {.type = "load", .path = "/bw", .parallel = 2, .bandwidth = 16384};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cis_sleep_ms(1500);
+	cr_assert_eq(atomic_load(&lw_blocks), 64, "blocks sent within 1.5 s: %u (one batch)",
+	             atomic_load(&lw_blocks));
+	uint64_t t0 = cis_mono_ms();
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	json_t *j = wait_job(id, 5000);
+	uint64_t took = cis_mono_ms() - t0;
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	cr_assert_eq(atomic_load(&lw_blocks), 64);
+	json_decref(j);
+	mst_close(m);
+	m = NULL;
+	cis_rpc_server_stop(srv);
+	open_master();
+}
