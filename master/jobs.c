@@ -590,7 +590,8 @@ static void job_wait(struct job *j, uint64_t ms)
  * until what was sent before is paid for at the cap (bw_due_ms), however
  * long that is, then takes its batch on credit: the debt carries over to
  * the next sender, so over any stretch the job sends at most the cap's
- * worth plus one batch. It wakes at least every 100 ms (at once on a
+ * worth plus one batch (unthrottle gives back what the worker did not
+ * fetch). It wakes at least every 100 ms (at once on a
  * cancel: the job's cond) to notice a cancel or the master stopping. */
 static void throttle(struct job *j, uint64_t bytes)
 {
@@ -608,6 +609,19 @@ static void throttle(struct job *j, uint64_t bytes)
 		job_wait(j, j->bw_due_ms - now < 100 ? j->bw_due_ms - now : 100);
 	}
 	pthread_mutex_unlock(&j->js->lock);
+}
+
+/* A batch was answered: of the bytes throttle took for it, give back
+ * those the worker did not fetch (blocks it had cached, failed ones, the
+ * whole batch when the call failed), so the job pays for what it loaded
+ * only and the next send waits on that. Caller holds js->lock. */
+static void unthrottle(struct job *j, uint64_t taken, uint64_t loaded)
+{
+	if (!j->bandwidth || loaded >= taken)
+		return;
+	uint64_t back = (taken - loaded) * 1000 / j->bandwidth;
+	j->bw_due_ms = j->bw_due_ms > back ? j->bw_due_ms - back : 0;
+	pthread_cond_broadcast(&j->cond);
 }
 
 static void send_batch(struct job *j, struct batch *b)
@@ -663,6 +677,7 @@ static void send_batch(struct job *j, struct batch *b)
 				cis_sleep_ms(500);
 		}
 		pthread_mutex_lock(&j->js->lock);
+		unthrottle(j, bytes, 0);
 		if (!j->cancel)
 			mark_bad(j, b->wid, mst_workers_lost_ms(m->workers) + 2000);
 		for (size_t i = 0; i < b->n; i++) {
@@ -685,9 +700,12 @@ static void send_batch(struct job *j, struct batch *b)
 			char version[CIS_UFS_VERSION_MAX];
 		} *chg = NULL;
 		size_t nchg = 0;
+		uint64_t loaded = 0;
 		pthread_mutex_lock(&j->js->lock);
 		for (size_t i = 0; i < b->n; i++) {
 			Cis__BlockResult *r = rep->results[i];
+			if (r->code >= 0 && !r->was_cached)
+				loaded += r->length;
 			const struct frec *f = b->t[i].f;
 			if (r->code == -CIS_E_CHANGED && (!nchg || chg[nchg - 1].ino != f->ino)) {
 				struct changed *nc = realloc(chg, (nchg + 1) * sizeof(*nc));
@@ -701,6 +719,7 @@ static void send_batch(struct job *j, struct batch *b)
 			}
 			task_done(j, &b->t[i], r->code, r->message, r->was_cached, r->length);
 		}
+		unthrottle(j, bytes, loaded);
 		pthread_mutex_unlock(&j->js->lock);
 		for (size_t i = 0; i < nchg; i++) {
 			cis_errmsg cem = {{0}};

@@ -1312,3 +1312,27 @@ Test(jobs, bandwidth_debt_holds_back_the_next_batch)
 	cis_rpc_server_stop(srv);
 	open_master();
 }
+
+/* Blocks the worker answers cached for cost no bandwidth: a reload of
+ * cached data at 16 KiB/s (a batch is 16 s of it when fetched) takes no
+ * time. Each batch's full size was charged before it was sent. */
+Test(jobs, cached_blocks_cost_no_bandwidth)
+{
+	cis_errmsg em = {{0}};
+	reopen_with_threads(60000);
+	bw_mount(192);
+	atomic_store(&lw_cached, 1);
+	cis_rpc_server *srv = serve_worker(load_worker);
+	mst_job_req r = {.type = "load", .path = "/bw", .parallel = 1, .bandwidth = 16384};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	json_t *j = wait_job(id, 3000);
+	cr_assert_str_eq(str(j, "state"), "done", "3 batches, all cached, not done in 3 s");
+	cr_assert_eq(count(j, "tasks_cached"), 192);
+	cr_assert_eq(count(j, "bytes_loaded"), 0);
+	json_decref(j);
+	mst_close(m);
+	m = NULL;
+	cis_rpc_server_stop(srv);
+	open_master();
+}
