@@ -1060,6 +1060,14 @@ static void load_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
 	pthread_detach(t);
 }
 
+/* Answer the delayed calls now and wait until they are. */
+static void lw_drain(void)
+{
+	atomic_store(&lw_release, 1);
+	while (atomic_load(&lw_late))
+		cis_sleep_ms(10);
+}
+
 /* A file's first block, as the master names it. */
 static cis_block_id first_block(const char *path)
 {
@@ -1161,6 +1169,8 @@ Test(jobs, a_listing_failure_is_counted_once_across_a_restart)
 	cr_assert_eq(count(j, "files_failed"), 0);
 	json_decref(j);
 	mst_close(m);
+	m = NULL;
+	lw_drain();
 	cis_rpc_server_stop(srv);
 	open_master();
 }
@@ -1195,14 +1205,6 @@ Test(jobs, a_resumed_job_reports_the_directory_its_cursor_is_in)
 	mst_close(m);
 	cis_rpc_server_stop(srv);
 	open_master();
-}
-
-/* Answer the delayed calls now and wait until they are. */
-static void lw_drain(void)
-{
-	atomic_store(&lw_release, 1);
-	while (atomic_load(&lw_late))
-		cis_sleep_ms(10);
 }
 
 /* A load whose batch is out at a worker slow to answer (20 s here; the
