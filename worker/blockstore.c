@@ -54,6 +54,7 @@ typedef struct wrk_block {
 	uint64_t len;
 	uint64_t sum;
 	int64_t atime_s;
+	uint64_t used_ms; /* monotonic, the last use; 0: none since it was cached */
 	int refs;
 	bool pinned;
 	bool verified;
@@ -87,6 +88,7 @@ struct wrk_bs {
 	MDB_dbi dbi_blocks, dbi_meta;
 	int lock_fd;
 	uint64_t dead_seq; /* names of removed block files (victim.seq), under mu */
+	uint32_t reuse_ms; /* uses closer than this are one (WRK_REUSE_MS) */
 };
 
 static size_t bucket_of(const wrk_bs *bs, cis_block_id id)
@@ -535,7 +537,7 @@ static int put_in_place(const char *tmp_path, const char *p)
 }
 
 int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
-                  const char *tmp_path, bool pin)
+                  const char *tmp_path, bool pin, bool used)
 {
 	char p[PATH_MAX];
 	wrk_block *b = calloc(1, sizeof(*b));
@@ -551,6 +553,7 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	b->len = len;
 	b->sum = sum;
 	b->atime_s = now_s();
+	b->used_ms = used ? cis_mono_ms() : 0;
 	b->verified = true;
 	b->pinned = pin;
 	block_path(bs->dirs[dir].path, id, p, sizeof(p));
@@ -589,10 +592,18 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	return 0;
 }
 
-/* Caller holds bs->mu. */
+/* A use: a re-use (the block was used before, and not just now: not the
+ * same pass over it) promotes it. Caller holds bs->mu. */
 static void do_touch(wrk_bs *bs, wrk_block *b)
 {
-	wrk_slru_touch(&bs->dirs[b->dir].lru, &b->lru);
+	uint64_t now = cis_mono_ms();
+	wrk_slru *lru = &bs->dirs[b->dir].lru;
+
+	if (b->used_ms && now - b->used_ms >= bs->reuse_ms)
+		wrk_slru_touch(lru, &b->lru);
+	else
+		wrk_slru_refresh(lru, &b->lru);
+	b->used_ms = now;
 	b->atime_s = now_s();
 }
 
@@ -1106,6 +1117,7 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 	if (!bs)
 		return cis_fail(em, -ENOMEM, "out of memory");
 	bs->w = w;
+	bs->reuse_ms = o->reuse_ms ? o->reuse_ms : WRK_REUSE_MS;
 	bs->lock_fd = -1;
 	pthread_mutex_init(&bs->mu, NULL);
 	pthread_cond_init(&bs->verify_cv, NULL);

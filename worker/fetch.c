@@ -104,6 +104,7 @@ struct fetch {
 	bool pin;
 	bool committed_pinned; /* what the block was committed with (under mu) */
 	bool cold;             /* no reader waits: fill past the page cache */
+	bool read;             /* a reader asked for it: the block is used once filled */
 	bool alone;            /* fetched by itself (a span it was in failed) */
 	char *src_host;
 	uint16_t src_port;
@@ -375,8 +376,10 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 	*created = false;
 	if (f) {
 		cis_counter_inc(fx->w->m.single_flight_joins);
-		if (prio == WRK_PRIO_HIGH)
+		if (prio == WRK_PRIO_HIGH) {
 			do_upgrade(fx, f);
+			f->read = true;
+		}
 		f->pin |= (flags & WRK_FETCH_PIN) != 0;
 		if (!(flags & WRK_FETCH_COLD))
 			f->cold = false; /* decided when the fill starts */
@@ -391,6 +394,7 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 	}
 	f->len = wrk_ref_len(ref);
 	f->prio = prio;
+	f->read = prio == WRK_PRIO_HIGH;
 	f->pin = (flags & WRK_FETCH_PIN) != 0;
 	f->cold = (flags & WRK_FETCH_COLD) != 0;
 	f->fd = -1;
@@ -1025,9 +1029,10 @@ static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
 	pthread_mutex_lock(&fx->mu);
 	do_flush(fx, f, true);
 	f->committed_pinned = f->pin; /* f->pin changes under mu (a pin joining) */
+	bool read = f->read;
 	pthread_mutex_unlock(&fx->mu);
 	rc = wrk_bs_commit(w->bs, f->dir, f->ref.id, f->len, cis_checksum_digest(f->cs), f->tmp,
-	                   f->committed_pinned);
+	                   f->committed_pinned, read);
 	if (rc < 0) {
 		cis_fail(em, rc, "cache commit: %s", cis_strerror(rc));
 		local = is_local_err(-rc);

@@ -86,6 +86,14 @@ void wrk_slru_touch(wrk_slru *s, wrk_lru_node *n)
 	}
 }
 
+void wrk_slru_refresh(wrk_slru *s, wrk_lru_node *n)
+{
+	if (n->seg == WRK_SEG_NONE)
+		return;
+	list_unlink(n);
+	list_push_front(n->seg == WRK_SEG_PROBATION ? &s->prob : &s->prot, n);
+}
+
 wrk_lru_node *wrk_slru_next_victim(const wrk_slru *s, const wrk_lru_node *after)
 {
 	const wrk_lru_node *n;

@@ -1,6 +1,7 @@
 /* Segmented LRU: the eviction order of one cache dir.
  *
- * A new block enters the probation segment; a block read again moves to the
+ * A new block enters the probation segment; a block used again (the
+ * caller decides what counts: blockstore.c's WRK_REUSE_MS) moves to the
  * protected segment, which holds at most prot_max bytes (its least recent
  * blocks fall back to the head of probation). Victims come from the tail of
  * probation first, then from protected. One pass over a dataset larger than
@@ -32,6 +33,9 @@ void wrk_slru_insert(wrk_slru *s, wrk_lru_node *n, uint64_t size);
 void wrk_slru_insert_old(wrk_slru *s, wrk_lru_node *n, uint64_t size);
 /* An access: promote to (or refresh in) protected. */
 void wrk_slru_touch(wrk_slru *s, wrk_lru_node *n);
+/* An access that does not count as a re-use (the same pass over the
+ * block): the most recent of its own segment. */
+void wrk_slru_refresh(wrk_slru *s, wrk_lru_node *n);
 void wrk_slru_remove(wrk_slru *s, wrk_lru_node *n);
 /* Eviction candidates in order: pass NULL for the first, then the last
  * result. The result may be removed before asking for the next one only if

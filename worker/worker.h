@@ -40,10 +40,15 @@
 #define WRK_STREAM_CHUNK      (4u << 20)   /* data per reply frame */
 #define WRK_STREAM_MIN        (256u << 10) /* send a streamed frame once this much is in */
 #define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
-#define WRK_DEFAULT_LEASE     30000
-#define WRK_MAX_LEASE         600000
-#define WRK_MAX_LEASES        262144
-#define WRK_MAX_LEASE_BATCH   4095 /* more_lease_ids in one renew or release */
+/* Uses of a block less than this apart are one use for eviction (the
+ * requests of one pass over it: a reader of a 4 MiB block asks for it in
+ * 1 MiB reads, a client renews its lease while reading); a block goes to
+ * the protected segment when used again after a longer pause. */
+#define WRK_REUSE_MS        2000
+#define WRK_DEFAULT_LEASE   30000
+#define WRK_MAX_LEASE       600000
+#define WRK_MAX_LEASES      262144
+#define WRK_MAX_LEASE_BATCH 4095 /* more_lease_ids in one renew or release */
 
 typedef struct wrk wrk;
 typedef struct wrk_bs wrk_bs;
@@ -136,6 +141,7 @@ typedef struct wrk_bs_opts {
 	const char *state_dir;
 	double high, low;      /* watermarks, fractions of capacity */
 	double protected_frac; /* share of a dir the SLRU's protected segment may hold */
+	uint32_t reuse_ms;     /* 0: WRK_REUSE_MS */
 } wrk_bs_opts;
 
 /* What a caller learns about a cached block. */
@@ -156,7 +162,7 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *opts, wrk_bs **out, cis_errmsg *em);
 void wrk_bs_close(wrk_bs *bs);
 
 /* Take a reference on a cached block (no eviction while held). touch: count
- * it as an access for the eviction policy. 0 or -ENOENT. Release the
+ * it as a use for the eviction policy (WRK_REUSE_MS). 0 or -ENOENT. Release the
  * handle info->blk, even if the block was dropped meanwhile. */
 int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info);
 void wrk_bs_release(wrk_bs *bs, wrk_block *b);
@@ -175,9 +181,11 @@ void wrk_bs_unreserve(wrk_bs *bs, int dir, uint64_t len);
  * path (PATH_MAX). Local failures mark the dir unwritable. */
 int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size_t n);
 /* The reserved block is complete: rename tmp into place and index it
- * (verified). The reservation becomes the block's space. */
+ * (verified). The reservation becomes the block's space. used: a reader
+ * waited for it (its first use, now); else (a load, a prefetch, a replica)
+ * its first use is still to come, and will not promote it. */
 int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
-                  const char *tmp_path, bool pin);
+                  const char *tmp_path, bool pin, bool used);
 /* Drop a block (file and index) now; one in use stays readable through the
  * fds already open. 0, -EBUSY (dropped, was in use) or -ENOENT. */
 int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);

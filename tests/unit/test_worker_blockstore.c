@@ -50,10 +50,12 @@ static void teardown(void)
 	cis_metrics_free(w.metrics);
 }
 
+#define REUSE_MS 50 /* uses closer than this are one (WRK_REUSE_MS in the worker) */
+
 static wrk_bs *open_bs(uint64_t cap)
 {
 	wrk_dir_cfg d = {cdir, cap};
-	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8};
+	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8, REUSE_MS};
 	wrk_bs *bs = NULL;
 	cis_errmsg em = {{0}};
 
@@ -67,8 +69,9 @@ static cis_block_id bid(int i)
 	return cis_block_id_make(1, "k", "v", 1 << 20, (uint64_t)i);
 }
 
-/* Write a block of len bytes of value (char)i through the real path. */
-static int put(wrk_bs *bs, int i, size_t len, bool pin)
+/* Write a block of len bytes of value (char)i through the real path;
+ * used: a reader waited for it (else a load or a prefetch cached it). */
+static int put_as(wrk_bs *bs, int i, size_t len, bool pin, bool used)
 {
 	char tmp[PATH_MAX], *buf = malloc(len);
 	cis_checksum *cs = cis_checksum_new();
@@ -83,11 +86,16 @@ static int put(wrk_bs *bs, int i, size_t len, bool pin)
 	cr_assert_eq(write(fd, buf, len), (ssize_t)len);
 	close(fd);
 	cis_checksum_update(cs, buf, len);
-	rc = wrk_bs_commit(bs, dir, bid(i), len, cis_checksum_digest(cs), tmp, pin);
+	rc = wrk_bs_commit(bs, dir, bid(i), len, cis_checksum_digest(cs), tmp, pin, used);
 out:
 	cis_checksum_free(cs);
 	free(buf);
 	return rc;
+}
+
+static int put(wrk_bs *bs, int i, size_t len, bool pin)
+{
+	return put_as(bs, i, len, pin, true);
 }
 
 static uint64_t used(wrk_bs *bs)
@@ -141,16 +149,17 @@ Test(worker_blockstore, eviction_spares_pinned_and_in_use)
 	wrk_bs_close(bs);
 }
 
-/* Blocks a client reads through descriptors it holds are reported as uses
- * (Touch): they move to the protected segment, and a scan of new blocks
- * then evicts the scan, not them. Untouched, the same blocks would be the
- * oldest and go first. */
+/* Blocks a client reads again, after a pause, through descriptors it holds
+ * are reported as uses (Touch): they move to the protected segment, and a
+ * scan of new blocks then evicts the scan, not them. Untouched, the same
+ * blocks would be the oldest and go first. */
 Test(worker_blockstore, touched_blocks_survive_a_scan)
 {
 	wrk_bs *bs = open_bs(1000);
 
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(put(bs, i, 100, false), 0);
+	usleep(2 * REUSE_MS * 1000);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
 	for (int i = 4; i < 12; i++) /* 800 bytes of a scan: past the high mark */
@@ -160,6 +169,56 @@ Test(worker_blockstore, touched_blocks_survive_a_scan)
 	cr_assert(!wrk_bs_has(bs, bid(4)), "the scan's oldest block kept");
 	cr_assert_leq(used(bs), 900);
 	cr_assert_eq(wrk_bs_touch(bs, bid(99)), -ENOENT);
+	wrk_bs_close(bs);
+}
+
+/* One pass over a block in several requests (a reader of a 4 MiB block
+ * asks in 1 MiB reads) is one use: uses closer than the reuse window do not
+ * promote, and a scan evicts such blocks like any other (each hit promoted
+ * them, and one pass over a dataset larger than the cache flushed the hot
+ * set). */
+Test(worker_blockstore, uses_in_one_pass_do_not_promote)
+{
+	wrk_bs *bs = open_bs(1000);
+	wrk_blk_info info;
+
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(put(bs, i, 100, false), 0);
+		for (int k = 0; k < 3; k++) { /* the rest of the pass: hits at once */
+			cr_assert_eq(wrk_bs_acquire(bs, bid(i), true, &info), 0);
+			wrk_bs_release(bs, info.blk);
+		}
+	}
+	for (int i = 4; i < 12; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert(!wrk_bs_has(bs, bid(i)), "block %d of one pass outlived the scan", i);
+	wrk_bs_close(bs);
+}
+
+/* A block a load or a prefetch cached has not been used yet: its first use
+ * is not a re-use, however late it comes; the one after a pause is. */
+Test(worker_blockstore, the_first_use_of_a_loaded_block_does_not_promote)
+{
+	wrk_bs *bs = open_bs(1000);
+
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(put_as(bs, i, 100, false, false), 0);
+	usleep(2 * REUSE_MS * 1000);
+	for (int i = 0; i < 2; i++) /* read once: still probation */
+		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
+	usleep(2 * REUSE_MS * 1000);
+	for (int i = 2; i < 4; i++) { /* read, and read again after a pause */
+		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
+		usleep(2 * REUSE_MS * 1000);
+		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
+	}
+	for (int i = 4; i < 12; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert(!wrk_bs_has(bs, bid(i)), "block %d, used once, outlived the scan", i);
+	for (int i = 2; i < 4; i++)
+		cr_assert(wrk_bs_has(bs, bid(i)), "block %d, used twice, evicted by a scan", i);
 	wrk_bs_close(bs);
 }
 
@@ -283,7 +342,7 @@ Test(worker_blockstore, second_worker_on_the_state_dir_refused)
 {
 	wrk_bs *bs = open_bs(1000), *bs2 = NULL;
 	wrk_dir_cfg d = {cdir, 1000};
-	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8};
+	wrk_bs_opts o = {&d, 1, sdir, 0.9, 0.5, 0.8, REUSE_MS};
 	cis_errmsg em = {{0}};
 
 	cr_assert_eq(wrk_bs_open(&w, &o, &bs2, &em), -EBUSY);
