@@ -672,20 +672,14 @@ void wrk_bs_release(wrk_bs *bs, wrk_block *b)
 /* Dropping a block in use removes its file and entry at once (readers keep
  * their open fds) and frees the struct at the last release, so a fresh
  * copy of the same id can be cached meanwhile without confusion. */
-int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
+/* Drop b (indexed) and unlock mu. */
+static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
 {
-	wrk_block *b;
 	victim v;
 	bool busy;
 	char hex[CIS_BLOCK_ID_HEX];
 
-	cis_block_id_fmt(id, hex);
-	pthread_mutex_lock(&bs->mu);
-	b = do_find(bs, id);
-	if (!b) {
-		pthread_mutex_unlock(&bs->mu);
-		return -ENOENT;
-	}
+	cis_block_id_fmt(b->id, hex);
 	v.id = b->id;
 	v.dir = b->dir;
 	do_forget(bs, b);
@@ -699,6 +693,28 @@ int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
 	unlink_victims(bs, &v, 1);
 	cis_info("block dropped", "block=%s why=\"%s\" in_use=%d", hex, why, busy);
 	return busy ? -EBUSY : 0;
+}
+
+int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
+{
+	pthread_mutex_lock(&bs->mu);
+	wrk_block *b = do_find(bs, id);
+	if (!b) {
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOENT;
+	}
+	return drop_unlock(bs, b, why);
+}
+
+int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why)
+{
+	pthread_mutex_lock(&bs->mu);
+	if (b->doomed || do_find(bs, b->id) != b) {
+		/* Dropped already; the id may name a new copy by now. */
+		pthread_mutex_unlock(&bs->mu);
+		return -ENOENT;
+	}
+	return drop_unlock(bs, b, why);
 }
 
 int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again)
@@ -763,8 +779,9 @@ out_release:
 	free(buf);
 	cis_checksum_free(cs);
 	bool bad = rc == -CIS_E_CHECKSUM || rc == -ENOENT;
-	if (bad)
-		wrk_bs_drop(bs, id, rc == -ENOENT ? "file missing" : "checksum mismatch");
+	if (bad) /* this copy: a new one of the id may have come meanwhile */
+		wrk_bs_drop_held(bs, info.blk,
+		                 rc == -ENOENT ? "file missing" : "checksum mismatch");
 	pthread_mutex_lock(&bs->mu);
 	if (rc == 0)
 		info.blk->verified = true;

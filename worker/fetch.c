@@ -517,8 +517,8 @@ again:
 		                info.len, blen);
 		if (fd >= 0)
 			close(fd);
+		wrk_bs_drop_held(w->bs, info.blk, "file missing or of the wrong length");
 		wrk_bs_release(w->bs, info.blk);
-		wrk_bs_drop(w->bs, ref->id, "file missing or of the wrong length");
 	}
 
 	cis_counter_inc(w->m.misses);
@@ -572,8 +572,8 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	if (hit && info.len != wrk_ref_len(ref)) {
 		/* Cached for a reference with another file size (the id does
 		 * not cover it): corrupt for this one. Drop it, fetch again. */
+		wrk_bs_drop_held(fx->w->bs, info.blk, "indexed length is not the reference's");
 		wrk_bs_release(fx->w->bs, info.blk);
-		wrk_bs_drop(fx->w->bs, ref->id, "indexed length is not the reference's");
 	} else if (hit) {
 		bool ok = info.verified;
 

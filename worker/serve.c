@@ -83,8 +83,8 @@ static void open_reply(open_ctx *c)
 	if (info.len != c->len) {
 		/* Cached for a reference with another file size (the id does
 		 * not cover it): corrupt for this one. */
+		wrk_bs_drop_held(w->bs, info.blk, "indexed length is not the reference's");
 		wrk_bs_release(w->bs, info.blk);
-		wrk_bs_drop(w->bs, c->id, "indexed length is not the reference's");
 		cis_rpc_reply_error(c->conn, &c->hdr, -EAGAIN,
 		                    "cached block of the wrong length dropped: read it remotely");
 		return;
@@ -101,8 +101,8 @@ static void open_reply(open_ctx *c)
 		rc = fd < 0 ? -errno : -ESTALE;
 		if (fd >= 0)
 			close(fd);
+		wrk_bs_drop_held(w->bs, info.blk, "file missing or truncated");
 		wrk_bs_release(w->bs, info.blk);
-		wrk_bs_drop(w->bs, c->id, "file missing or truncated");
 		cis_rpc_reply_error(c->conn, &c->hdr, rc, "cached block file unusable: %s",
 		                    cis_strerror(rc));
 		return;

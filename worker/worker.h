@@ -189,6 +189,10 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 /* Drop a block (file and index) now; one in use stays readable through the
  * fds already open. 0, -EBUSY (dropped, was in use) or -ENOENT. */
 int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);
+/* The same for the copy the caller holds (info.blk; release it after):
+ * -ENOENT if that copy is gone already, whatever the id names now (a copy
+ * fetched again after it was freed must not go for the old one's fault). */
+int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why);
 /* Read the block's file and compare its checksum. 0 (now verified),
  * -CIS_E_CHECKSUM or -ENOENT (both: dropped), or another local error.
  * One verify of a block runs at a time; another waits for its verdict,

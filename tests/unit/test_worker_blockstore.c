@@ -329,8 +329,12 @@ Test(worker_blockstore, drop_in_use_keeps_the_open_file_readable)
 	cr_assert_eq(pread(fd, &c, 1, 50), 1);
 	cr_assert_eq(c, 5);
 	close(fd);
-	/* A fresh copy may be cached while the old one is still held. */
-	cr_assert_eq(put(bs, 5, 100, false), 0);
+	/* A fresh copy may be cached while the old one is still held; what
+	 * the old copy's holder finds wrong with it (a failed verify) drops
+	 * the old copy, never the new one (a drop by id did). */
+	cr_assert_eq(put(bs, 5, 100, true), 0);
+	cr_assert_eq(wrk_bs_drop_held(bs, info.blk, "test"), -ENOENT);
+	cr_assert(wrk_bs_has(bs, bid(5)), "the old copy's drop took the new one");
 	wrk_bs_release(bs, info.blk);
 	cr_assert(wrk_bs_has(bs, bid(5)), "release of the old copy dropped the new one");
 	cr_assert_eq(used(bs), 100);
