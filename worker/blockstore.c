@@ -276,6 +276,50 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 	                cis_strerror(err), was);
 }
 
+/* Drop dir's blocks whose file is gone (the dir vanished, or came back
+ * empty): they still counted as used and as held in block reports, and
+ * only a read of each found it missing. Files are looked at outside mu,
+ * each block held meanwhile (a copy fetched again is not the one dropped). */
+static void reconcile_dir(wrk_bs *bs, int dir)
+{
+	wrk_block **held = NULL;
+	size_t n = 0, cap = 0, dropped = 0;
+
+	pthread_mutex_lock(&bs->mu);
+	for (size_t i = 0; i < bs->nbuckets; i++)
+		for (wrk_block *b = bs->table[i]; b; b = b->hnext) {
+			if (b->dir != dir)
+				continue;
+			if (n == cap) {
+				size_t c2 = cap ? cap * 2 : 256;
+				wrk_block **h2 = realloc(held, c2 * sizeof(*h2));
+				if (!h2)
+					goto walked; /* the rest another time */
+				held = h2;
+				cap = c2;
+			}
+			b->refs++;
+			held[n++] = b;
+		}
+walked:
+	pthread_mutex_unlock(&bs->mu);
+	for (size_t i = 0; i < n; i++) {
+		char p[PATH_MAX];
+		struct stat st;
+
+		block_path(bs->dirs[dir].path, held[i]->id, p, sizeof(p));
+		if (stat(p, &st) < 0 ? errno == ENOENT || errno == ENOTDIR
+		                     : (uint64_t)st.st_size != held[i]->len)
+			dropped += wrk_bs_drop_held(bs, held[i], "file gone with its cache dir") !=
+			           -ENOENT;
+		wrk_bs_release(bs, held[i]);
+	}
+	free(held);
+	if (dropped)
+		cis_warn("cache dir lost blocks", "dir=%s dropped=%zu", bs->dirs[dir].path,
+		         dropped);
+}
+
 void wrk_bs_probe_dirs(wrk_bs *bs)
 {
 	for (int i = 0; i < bs->ndirs; i++) {
@@ -301,6 +345,8 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		pthread_mutex_unlock(&bs->mu);
 		if (was)
 			continue;
+		if (access(bs->dirs[i].path, F_OK) < 0 && errno == ENOENT)
+			reconcile_dir(bs, i); /* gone, and its blocks with it */
 		/* A vanished dir comes back empty: recreate its .tmp. */
 		{
 			char p[PATH_MAX];
@@ -310,6 +356,7 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		}
 		ok = probe_writable(bs->dirs[i].path);
 		if (ok) {
+			reconcile_dir(bs, i); /* what it holds now */
 			pthread_mutex_lock(&bs->mu);
 			bs->dirs[i].writable = true;
 			pthread_mutex_unlock(&bs->mu);
@@ -669,10 +716,10 @@ void wrk_bs_release(wrk_bs *bs, wrk_block *b)
 		free(b); /* already out of the table, the index and the dir */
 }
 
-/* Dropping a block in use removes its file and entry at once (readers keep
- * their open fds) and frees the struct at the last release, so a fresh
- * copy of the same id can be cached meanwhile without confusion. */
-/* Drop b (indexed) and unlock mu. */
+/* Drop b (indexed) and unlock mu. Dropping a block in use removes its
+ * file and entry at once (readers keep their open fds) and frees the
+ * struct at the last release, so a fresh copy of the same id can be cached
+ * meanwhile without confusion. */
 static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
 {
 	victim v;
