@@ -74,6 +74,10 @@ typedef struct bs_dir {
 	uint64_t nblocks;
 	bool writable;
 	wrk_slru lru;
+	/* Files of dropped blocks that could not be removed (a read-only
+	 * dir): their bytes stay in used until the probe removes them. */
+	struct stuck_file *stuck;
+	size_t nstuck;
 } bs_dir;
 
 struct wrk_bs {
@@ -276,6 +280,8 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 	                cis_strerror(err), was);
 }
 
+static bool remove_stuck(bs_dir *d);
+
 /* Drop dir's blocks whose file is gone (the dir vanished, or came back
  * empty): they still counted as used and as held in block reports, and
  * only a read of each found it missing. Files are looked at outside mu,
@@ -358,9 +364,11 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		if (ok) {
 			reconcile_dir(bs, i); /* what it holds now */
 			pthread_mutex_lock(&bs->mu);
-			bs->dirs[i].writable = true;
+			ok = remove_stuck(&bs->dirs[i]);
+			bs->dirs[i].writable = ok;
 			pthread_mutex_unlock(&bs->mu);
-			cis_info("cache dir writable again", "dir=%s", bs->dirs[i].path);
+			if (ok)
+				cis_info("cache dir writable again", "dir=%s", bs->dirs[i].path);
 		}
 	}
 }
@@ -375,8 +383,14 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 typedef struct victim {
 	cis_block_id id;
 	int dir;
+	uint64_t len;
 	uint64_t seq;
 } victim;
+
+typedef struct stuck_file {
+	cis_block_id id;
+	uint64_t len;
+} stuck_file;
 
 /* Remove b from memory and the index (caller holds mu; refs == 0). The
  * file is unlinked by the caller after unlocking. */
@@ -406,20 +420,50 @@ static void cannot_remove(const char *p)
 	                "path=%s err=\"%s\"", p, strerror(errno));
 }
 
-/* Move v's block file out of its block path. Caller holds mu. */
+/* Move v's block file out of its block path. One that cannot be removed
+ * (a read-only dir) keeps its bytes counted, and its dir is taken for
+ * unwritable, until the probe removes it (remove_stuck). Caller holds mu. */
 static void bury(wrk_bs *bs, victim *v)
 {
 	char p[PATH_MAX], dead[PATH_MAX];
+	bs_dir *d = &bs->dirs[v->dir];
 
-	block_path(bs->dirs[v->dir].path, v->id, p, sizeof(p));
+	block_path(d->path, v->id, p, sizeof(p));
 	v->seq = ++bs->dead_seq;
 	dead_path(bs, v, dead, sizeof(dead));
 	if (rename(p, dead) == 0)
 		return;
 	v->seq = 0;
 	/* Gone already, or .tmp is (a dir emptied behind us): at once. */
-	if (unlink(p) < 0 && errno != ENOENT)
-		cannot_remove(p);
+	if (unlink(p) == 0 || errno == ENOENT)
+		return;
+	cannot_remove(p);
+	stuck_file *s = realloc(d->stuck, (d->nstuck + 1) * sizeof(*s));
+	if (!s)
+		return; /* its bytes go uncounted until a restart removes the file */
+	d->stuck = s;
+	d->stuck[d->nstuck++] = (stuck_file){v->id, v->len};
+	d->used += v->len;
+	d->writable = false;
+}
+
+/* Remove what bury could not; true when nothing is left. Caller holds mu
+ * (the dir is unwritable: no new copy of an id is put there meanwhile). */
+static bool remove_stuck(bs_dir *d)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < d->nstuck; i++) {
+		char p[PATH_MAX];
+
+		block_path(d->path, d->stuck[i].id, p, sizeof(p));
+		if (unlink(p) == 0 || errno == ENOENT)
+			d->used -= d->stuck[i].len;
+		else
+			d->stuck[kept++] = d->stuck[i];
+	}
+	d->nstuck = kept;
+	return kept == 0;
 }
 
 static void unlink_victims(wrk_bs *bs, victim *v, size_t n)
@@ -465,6 +509,7 @@ static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim
 		}
 		(*v)[cnt].id = b->id;
 		(*v)[cnt].dir = i;
+		(*v)[cnt].len = b->len;
 		cis_counter_inc(bs->w->m.evictions);
 		cis_counter_add(bs->w->m.evicted_bytes, b->len);
 		do_forget(bs, b);
@@ -729,6 +774,7 @@ static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
 	cis_block_id_fmt(b->id, hex);
 	v.id = b->id;
 	v.dir = b->dir;
+	v.len = b->len;
 	do_forget(bs, b);
 	bury(bs, &v);
 	busy = b->refs > 0;
@@ -1277,8 +1323,10 @@ out_env:
 	if (bs->env)
 		mdb_env_close(bs->env);
 out_dirs:
-	for (int i = 0; i < bs->ndirs; i++)
+	for (int i = 0; i < bs->ndirs; i++) {
 		free(bs->dirs[i].path);
+		free(bs->dirs[i].stuck);
+	}
 	if (bs->lock_fd >= 0)
 		close(bs->lock_fd);
 	free(bs->table);
@@ -1303,8 +1351,10 @@ void wrk_bs_close(wrk_bs *bs)
 	}
 	mdb_env_sync(bs->env, 1);
 	mdb_env_close(bs->env);
-	for (int i = 0; i < bs->ndirs; i++)
+	for (int i = 0; i < bs->ndirs; i++) {
 		free(bs->dirs[i].path);
+		free(bs->dirs[i].stuck);
+	}
 	close(bs->lock_fd);
 	free(bs->table);
 	pthread_mutex_destroy(&bs->mu);

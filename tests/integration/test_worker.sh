@@ -372,8 +372,19 @@ wcl W4 f.bin read 2 5 100 | cmp - <(expect f.bin $((2 * MB + 5)) 100) || fail "r
 [ "$(metric W4 cistern_worker_direct_reads_total)" -ge 2 ] || fail "ro dir: no uncached reads"
 out=$(wcl W4 f.bin stat)
 assert_contains "$out" " 0 " # writable 0
+# A block freed while its dir is read-only: its file cannot go, so its
+# bytes stay counted until the dir is writable again (it was forgotten,
+# and the worker filled the dir over it).
+out=$(wcl W4 f.bin free 0)
+assert_contains "$out" "freed 1"
+assert_eq "$("$WC" --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {print $2, $4}')" "$MB 0" \
+	"used bytes and blocks after a free on a read-only dir"
 umount "$CIS_TMP/ro"
 wait_for 10 bash -c "'$WC' --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {exit \$5 != 1}'"
+assert_eq "$("$WC" --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {print $2, $4}')" "0 0" \
+	"used bytes and blocks once the dir is writable again"
+assert_eq "$(find "$CIS_TMP/ro" -path "$CIS_TMP/ro/.tmp" -prune -o -type f -print)" "" \
+	"files left in the dir once writable again"
 kill_pid "$W4_PID"
 
 log "a cache dir that vanishes"
