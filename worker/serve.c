@@ -22,6 +22,17 @@
 		return;                                                                            \
 	}
 
+/* A batch over WRK_MAX_BATCH: refused whole (one of millions of ids held
+ * an I/O thread, and an index transaction per block, for minutes). */
+static bool batch_too_big(cis_rpc_conn *conn, const cis_frame_hdr *hdr, size_t n, const char *what)
+{
+	if (n <= WRK_MAX_BATCH)
+		return false;
+	cis_rpc_reply_error(conn, hdr, -CIS_E_TOOBIG, "%s of %zu blocks, limit %d", what, n,
+	                    WRK_MAX_BATCH);
+	return true;
+}
+
 static void bad_request(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const char *what)
 {
 	cis_counter_inc(w->m.bad_requests);
@@ -259,11 +270,8 @@ static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr
 	UNPACK(Cis__PrefetchRequest, cis__prefetch_request__descriptor);
 	Cis__PrefetchReply r = CIS__PREFETCH_REPLY__INIT;
 
-	if (req->n_blocks > WRK_MAX_BATCH) {
-		cis_rpc_reply_error(conn, hdr, -CIS_E_TOOBIG, "prefetch of %zu blocks, limit %d",
-		                    req->n_blocks, WRK_MAX_BATCH);
+	if (batch_too_big(conn, hdr, req->n_blocks, "prefetch"))
 		goto out;
-	}
 	wrk_fx_batch_begin(w->fx);
 	for (size_t i = 0; i < req->n_blocks; i++) {
 		wrk_ref ref;
@@ -441,11 +449,8 @@ static void handle_load(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 	UNPACK(Cis__LoadRequest, cis__load_request__descriptor);
 	load_ctx *c;
 
-	if (req->n_blocks > WRK_MAX_BATCH) {
-		cis_rpc_reply_error(conn, hdr, -CIS_E_TOOBIG, "load of %zu blocks, limit %d",
-		                    req->n_blocks, WRK_MAX_BATCH);
+	if (batch_too_big(conn, hdr, req->n_blocks, "load"))
 		goto out;
-	}
 	c = load_new(w, conn, hdr, req->n_blocks);
 	if (!c) {
 		cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
@@ -501,6 +506,8 @@ static void handle_free(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 	UNPACK(Cis__FreeRequest, cis__free_request__descriptor);
 	Cis__FreeReply r = CIS__FREE_REPLY__INIT;
 
+	if (batch_too_big(conn, hdr, req->n_ids, "free"))
+		goto out;
 	for (size_t i = 0; i < req->n_ids; i++) {
 		cis_block_id id;
 		int rc;
@@ -518,6 +525,7 @@ static void handle_free(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 			r.absent++;
 	}
 	cis_rpc_reply(conn, hdr, &r.base, 0);
+out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
@@ -526,6 +534,8 @@ static void handle_touch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, c
 	UNPACK(Cis__TouchRequest, cis__touch_request__descriptor);
 	Cis__TouchReply r = CIS__TOUCH_REPLY__INIT;
 
+	if (batch_too_big(conn, hdr, req->n_ids, "touch"))
+		goto out;
 	for (size_t i = 0; i < req->n_ids; i++) {
 		cis_block_id id;
 
@@ -535,6 +545,7 @@ static void handle_touch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, c
 			r.touched++;
 	}
 	cis_rpc_reply(conn, hdr, &r.base, 0);
+out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
@@ -543,6 +554,8 @@ static void handle_pin(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, con
 	UNPACK(Cis__PinRequest, cis__pin_request__descriptor);
 	Cis__PinReply r = CIS__PIN_REPLY__INIT;
 
+	if (batch_too_big(conn, hdr, req->n_ids, "pin"))
+		goto out;
 	for (size_t i = 0; i < req->n_ids; i++) {
 		cis_block_id id;
 
@@ -552,6 +565,7 @@ static void handle_pin(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, con
 			r.changed++;
 	}
 	cis_rpc_reply(conn, hdr, &r.base, 0);
+out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 

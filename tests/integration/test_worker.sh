@@ -135,6 +135,14 @@ out=$(wcl W1 scan2 free 0)
 assert_contains "$out" "freed 1"
 wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "freed block re-read differs"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + 1)) "freed block fetched again"
+# Batches past 65,536 blocks are refused whole, as Prefetch and Load are.
+for cmd in free pin; do
+	if wcl W1 scan2 "$cmd" $(seq 0 65536) >"$CIS_TMP/out" 2>"$CIS_TMP/err"; then
+		fail "a $cmd of 65,537 blocks was taken: $(cat "$CIS_TMP/out")"
+	fi
+	assert_contains "$(cat "$CIS_TMP/err")" "$cmd of 65537 blocks, limit 65536"
+done
+wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "scan2 after the refused batches"
 
 log "a load of more consecutive blocks than fetch threads is fetched in spans"
 head -c $((6 * MB + 777)) /dev/urandom >"$DATA/span.bin"
