@@ -1675,7 +1675,9 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 		const char *type = json_string_value(json_object_get(o, "type"));
 		const char *st = json_string_value(json_object_get(o, "state"));
 		int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
-		if (!type || strcmp(type, "load") || !st || strcmp(st, "done") || !fin ||
+		/* Finished any way: a cancelled or failed load brought blocks in
+		 * too, and they expire as a done one's do. */
+		if (!type || strcmp(type, "load") || !st || !strcmp(st, "running") || !fin ||
 		    json_is_true(json_object_get(o, "expired")))
 			continue;
 		char *path = get_path(o, "path"); /* any bytes: hex in the record */

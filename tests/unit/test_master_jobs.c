@@ -488,6 +488,27 @@ Test(jobs, ttl_frees_after_the_load)
 	assert_last_job_frees("path", "/m");
 }
 
+/* A cancelled load's blocks expire by the TTL too (only done ones did: what
+ * a cancelled or failed load had fetched stayed cached for good). */
+Test(jobs, ttl_frees_after_a_cancelled_load)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t id, started;
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0);
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	json_decref(j);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns(), &started), 0);
+	cr_assert_eq(started, 0, "not yet");
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1, "a free job for the cancelled load's path");
+	assert_last_job_frees("path", "/m");
+}
+
 /* A load of a path that is not UTF-8 (kept in hex in its record) expires
  * by its TTL like any other (it used to be passed over for good). */
 Test(jobs, ttl_frees_a_load_of_a_path_not_utf8)
