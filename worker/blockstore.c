@@ -78,6 +78,7 @@ typedef struct bs_dir {
 	 * dir): their bytes stay in used until the probe removes them. */
 	struct stuck_file *stuck;
 	size_t nstuck;
+	bool gone_seen; /* found gone, and its blocks dropped, since last writable */
 } bs_dir;
 
 struct wrk_bs {
@@ -267,7 +268,7 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 		bs_dir *d = &bs->dirs[dir];
 
 		set_capacity(d, d->used - d->reserved);
-		d->writable = d->capacity > 0;
+		d->writable = d->capacity > 0 && d->nstuck == 0;
 	} else {
 		/* The dir stays readable: cached blocks keep being served. */
 		bs->dirs[dir].writable = false;
@@ -280,7 +281,7 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 	                cis_strerror(err), was);
 }
 
-static bool remove_stuck(bs_dir *d);
+static bool remove_stuck(wrk_bs *bs, int dir);
 
 /* Drop dir's blocks whose file is gone (the dir vanished, or came back
  * empty): they still counted as used and as held in block reports, and
@@ -341,7 +342,8 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 			    bs->dirs[i].used + avail > bs->dirs[i].capacity) {
 				set_capacity(&bs->dirs[i], bs->dirs[i].used + avail);
 				if (bs->dirs[i].capacity > 0 && !bs->dirs[i].writable)
-					bs->dirs[i].writable = probe_writable(bs->dirs[i].path);
+					bs->dirs[i].writable =
+					    probe_writable(bs->dirs[i].path) && remove_stuck(bs, i);
 			}
 			pthread_mutex_unlock(&bs->mu);
 		}
@@ -351,8 +353,11 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		pthread_mutex_unlock(&bs->mu);
 		if (was)
 			continue;
-		if (access(bs->dirs[i].path, F_OK) < 0 && errno == ENOENT)
+		if (!bs->dirs[i].gone_seen && access(bs->dirs[i].path, F_OK) < 0 &&
+		    errno == ENOENT) {
 			reconcile_dir(bs, i); /* gone, and its blocks with it */
+			bs->dirs[i].gone_seen = true;
+		}
 		/* A vanished dir comes back empty: recreate its .tmp. */
 		{
 			char p[PATH_MAX];
@@ -364,8 +369,9 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		if (ok) {
 			reconcile_dir(bs, i); /* what it holds now */
 			pthread_mutex_lock(&bs->mu);
-			ok = remove_stuck(&bs->dirs[i]);
+			ok = remove_stuck(bs, i);
 			bs->dirs[i].writable = ok;
+			bs->dirs[i].gone_seen = bs->dirs[i].gone_seen && !ok;
 			pthread_mutex_unlock(&bs->mu);
 			if (ok)
 				cis_info("cache dir writable again", "dir=%s", bs->dirs[i].path);
@@ -420,44 +426,55 @@ static void cannot_remove(const char *p)
 	                "path=%s err=\"%s\"", p, strerror(errno));
 }
 
-/* Move v's block file out of its block path. One that cannot be removed
- * (a read-only dir) keeps its bytes counted, and its dir is taken for
- * unwritable, until the probe removes it (remove_stuck). Caller holds mu. */
-static void bury(wrk_bs *bs, victim *v)
+/* Move v's block file out of its block path; false (logged) when it can
+ * be neither moved nor removed (a read-only dir). Caller holds mu. */
+static bool bury(wrk_bs *bs, victim *v)
 {
 	char p[PATH_MAX], dead[PATH_MAX];
-	bs_dir *d = &bs->dirs[v->dir];
 
-	block_path(d->path, v->id, p, sizeof(p));
+	block_path(bs->dirs[v->dir].path, v->id, p, sizeof(p));
 	v->seq = ++bs->dead_seq;
 	dead_path(bs, v, dead, sizeof(dead));
 	if (rename(p, dead) == 0)
-		return;
+		return true;
 	v->seq = 0;
 	/* Gone already, or .tmp is (a dir emptied behind us): at once. */
 	if (unlink(p) == 0 || errno == ENOENT)
-		return;
+		return true;
 	cannot_remove(p);
+	return false;
+}
+
+/* A dropped block whose file bury could not remove: its bytes stay
+ * counted, and its dir unwritable, until the probe removes it
+ * (remove_stuck). Caller holds mu. */
+static void keep_stuck(wrk_bs *bs, const victim *v)
+{
+	bs_dir *d = &bs->dirs[v->dir];
 	stuck_file *s = realloc(d->stuck, (d->nstuck + 1) * sizeof(*s));
+
+	d->writable = false;
 	if (!s)
 		return; /* its bytes go uncounted until a restart removes the file */
 	d->stuck = s;
 	d->stuck[d->nstuck++] = (stuck_file){v->id, v->len};
 	d->used += v->len;
-	d->writable = false;
 }
 
-/* Remove what bury could not; true when nothing is left. Caller holds mu
- * (the dir is unwritable: no new copy of an id is put there meanwhile). */
-static bool remove_stuck(bs_dir *d)
+/* Remove what bury could not; true when nothing is left. A stuck file
+ * whose id is indexed in its dir again was replaced by the new copy's
+ * rename: only its bytes go. Caller holds mu. */
+static bool remove_stuck(wrk_bs *bs, int dir)
 {
+	bs_dir *d = &bs->dirs[dir];
 	size_t kept = 0;
 
 	for (size_t i = 0; i < d->nstuck; i++) {
 		char p[PATH_MAX];
+		const wrk_block *now = do_find(bs, d->stuck[i].id);
 
 		block_path(d->path, d->stuck[i].id, p, sizeof(p));
-		if (unlink(p) == 0 || errno == ENOENT)
+		if ((now && now->dir == dir) || unlink(p) == 0 || errno == ENOENT)
 			d->used -= d->stuck[i].len;
 		else
 			d->stuck[kept++] = d->stuck[i];
@@ -510,10 +527,15 @@ static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim
 		(*v)[cnt].id = b->id;
 		(*v)[cnt].dir = i;
 		(*v)[cnt].len = b->len;
+		if (!bury(bs, &(*v)[cnt])) {
+			/* The dir turned read-only: the block stays, served, and
+			 * so do the others (each would fail the same way). */
+			d->writable = false;
+			break;
+		}
 		cis_counter_inc(bs->w->m.evictions);
 		cis_counter_add(bs->w->m.evicted_bytes, b->len);
 		do_forget(bs, b);
-		bury(bs, &(*v)[cnt]);
 		cnt++;
 		free(b);
 	}
@@ -563,7 +585,8 @@ int wrk_bs_reserve(wrk_bs *bs, uint64_t len, int *dir)
 				free(more);
 			}
 		}
-		if (bs->dirs[best].used + len <= bs->dirs[best].capacity) {
+		if (bs->dirs[best].writable && /* eviction may find it read-only */
+		    bs->dirs[best].used + len <= bs->dirs[best].capacity) {
 			bs->dirs[best].used += len;
 			bs->dirs[best].reserved += len;
 			*dir = best;
@@ -776,7 +799,8 @@ static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
 	v.dir = b->dir;
 	v.len = b->len;
 	do_forget(bs, b);
-	bury(bs, &v);
+	if (!bury(bs, &v))
+		keep_stuck(bs, &v);
 	busy = b->refs > 0;
 	if (busy)
 		b->doomed = true;

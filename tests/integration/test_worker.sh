@@ -395,6 +395,26 @@ assert_eq "$(find "$CIS_TMP/ro" -path "$CIS_TMP/ro/.tmp" -prune -o -type f -prin
 	"files left in the dir once writable again"
 kill_pid "$W4_PID"
 
+log "a full cache dir that turns read-only: eviction leaves its blocks served"
+mkdir -p "$CIS_TMP/ro2"
+start_worker W6 --cache-dir "$CIS_TMP/ro2:4M" --high-watermark 0.9 --low-watermark 0.5
+for b in 0 1 2; do wcl W6 f.bin read $b 0 0 >/dev/null; done
+mount --bind "$CIS_TMP/ro2" "$CIS_TMP/ro2"
+cis_on_exit "umount -l $CIS_TMP/ro2"
+mount -o remount,ro,bind "$CIS_TMP/ro2"
+# Block 3 needs room: the first eviction finds the file cannot go (the
+# rest of the dir was forgotten, and its files deleted once writable).
+wcl W6 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "block 3, dir turned ro"
+assert_eq "$("$WC" --tcp 127.0.0.1:$W6_RPC stat | awk 'NR==1 {print $2, $4, $5}')" \
+	"$((3 * MB)) 3 0" "used, blocks and writable of a full dir that turned read-only"
+reads0=$(metric W6 cistern_worker_store_reads_total)
+for b in 0 1 2; do
+	wcl W6 f.bin read $b 0 0 | cmp - <(expect f.bin $((b * MB)) $MB) || fail "block $b, dir ro"
+done
+assert_eq "$(metric W6 cistern_worker_store_reads_total)" "$reads0" "cached blocks of the ro dir"
+umount "$CIS_TMP/ro2"
+kill_pid "$W6_PID"
+
 log "a cache dir that vanishes"
 start_worker W5 --cache-dir "$CIS_TMP/c5:64M"
 for b in 0 3 4; do wcl W5 f.bin read $b 0 0 >/dev/null; done
