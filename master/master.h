@@ -242,7 +242,9 @@ int mst_workers_ids(mst_workers *w, uint64_t **ids, size_t *n);
 struct Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id);
 /* Heartbeat timing as configured. */
 /* Live and heard from within two heartbeats (and 0.5 s): not one going
- * silent before it is declared lost. */
+ * silent before it is declared lost; and not registered again or in the
+ * middle of a full report (until its last page, its locations are the
+ * ones from before: a copy it may have lost). */
 bool mst_workers_heard_recently(mst_workers *w, uint64_t id);
 uint64_t mst_workers_heartbeat_ms(mst_workers *w);
 uint64_t mst_workers_lost_ms(mst_workers *w);

@@ -44,6 +44,7 @@ struct worker {
 	uint64_t blocks;     /* its pairs in the index */
 	struct loc *locs;    /* their list */
 	uint32_t report_gen; /* the full report under way or last made */
+	bool reporting;      /* registered again, or a report under way: locations may be stale */
 };
 
 struct mst_workers {
@@ -451,6 +452,7 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 		 * until the full report that follows has named what it still
 		 * has (a warm restart keeps them all). */
 		protobuf_c_message_free_unpacked(&wk->info->base, NULL);
+		wk->reporting = true;
 	} else {
 		if (w->n == w->cap) {
 			size_t cap = w->cap ? w->cap * 2 : 16;
@@ -568,11 +570,15 @@ int mst_workers_report(mst_workers *w, const ProtobufCMessage *req_msg, Protobuf
 		free(r);
 		return unknown_worker(em);
 	}
-	if (req->first)
+	if (req->first) {
 		wk->report_gen++;
+		wk->reporting = true;
+	}
 	do_note_blocks(w, wk, req->blocks, req->n_blocks, true);
-	if (req->last)
+	if (req->last) {
 		loc_drop_worker(w, wk, true);
+		wk->reporting = false;
+	}
 	r->blocks_known = wk->blocks;
 	pthread_mutex_unlock(&w->lock);
 	*reply = &r->base;
@@ -665,7 +671,7 @@ bool mst_workers_heard_recently(mst_workers *w, uint64_t id)
 {
 	pthread_mutex_lock(&w->lock);
 	struct worker *wk = find(w, id);
-	bool r = wk && cis_mono_ms() <= wk->last_ms + 2 * w->heartbeat_ms + 500;
+	bool r = wk && !wk->reporting && cis_mono_ms() <= wk->last_ms + 2 * w->heartbeat_ms + 500;
 	pthread_mutex_unlock(&w->lock);
 	return r;
 }

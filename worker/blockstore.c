@@ -54,7 +54,7 @@ typedef struct wrk_block {
 	uint64_t len;
 	uint64_t sum;
 	int64_t atime_s;
-	uint64_t used_ms; /* monotonic, the last use; 0: none since it was cached */
+	uint64_t pass_ms; /* monotonic, the first use of its last pass; 0: not used yet */
 	int refs;
 	bool pinned;
 	bool verified;
@@ -668,7 +668,7 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	b->len = len;
 	b->sum = sum;
 	b->atime_s = now_s();
-	b->used_ms = used ? cis_mono_ms() : 0;
+	b->pass_ms = used ? cis_mono_ms() : 0;
 	b->verified = true;
 	b->pinned = pin;
 	block_path(bs->dirs[dir].path, id, p, sizeof(p));
@@ -707,18 +707,24 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	return 0;
 }
 
-/* A use: a re-use (the block was used before, and not just now: not the
- * same pass over it) promotes it. Caller holds bs->mu. */
+/* A use. One reuse_ms or more after the first use of the block's last
+ * pass it is a re-use, promotes the block and starts a new pass; sooner,
+ * it is part of that pass (a reader asking in pieces). A block used again
+ * and again stays promoted however close together the uses. Caller holds
+ * bs->mu. */
 static void do_touch(wrk_bs *bs, wrk_block *b)
 {
 	uint64_t now = cis_mono_ms();
 	wrk_slru *lru = &bs->dirs[b->dir].lru;
 
-	if (b->used_ms && now - b->used_ms >= bs->reuse_ms)
+	if (b->pass_ms && now - b->pass_ms >= bs->reuse_ms) {
 		wrk_slru_touch(lru, &b->lru);
-	else
+		b->pass_ms = now;
+	} else {
 		wrk_slru_refresh(lru, &b->lru);
-	b->used_ms = now;
+		if (!b->pass_ms)
+			b->pass_ms = now;
+	}
 	b->atime_s = now_s();
 }
 
@@ -895,10 +901,14 @@ out_close:
 out_release:
 	free(buf);
 	cis_checksum_free(cs);
-	bool bad = rc == -CIS_E_CHECKSUM || rc == -ENOENT;
+	/* A mismatch, a missing file, or one that cannot be read; not a
+	 * process short of descriptors or memory (the block is fine). */
+	bool bad = rc < 0 && !wrk_short_of_resources(-rc);
 	if (bad) /* this copy: a new one of the id may have come meanwhile */
 		wrk_bs_drop_held(bs, info.blk,
-		                 rc == -ENOENT ? "file missing" : "checksum mismatch");
+		                 rc == -ENOENT           ? "file missing"
+		                 : rc == -CIS_E_CHECKSUM ? "checksum mismatch"
+		                                         : cis_strerror(rc));
 	pthread_mutex_lock(&bs->mu);
 	if (rc == 0)
 		info.blk->verified = true;

@@ -378,7 +378,7 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 		cis_counter_inc(fx->w->m.single_flight_joins);
 		if (prio == WRK_PRIO_HIGH) {
 			do_upgrade(fx, f);
-			f->read = true;
+			f->read |= !(flags & WRK_FETCH_COLD); /* a replica reads nothing */
 		}
 		f->pin |= (flags & WRK_FETCH_PIN) != 0;
 		if (!(flags & WRK_FETCH_COLD))
@@ -394,7 +394,7 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 	}
 	f->len = wrk_ref_len(ref);
 	f->prio = prio;
-	f->read = prio == WRK_PRIO_HIGH;
+	f->read = prio == WRK_PRIO_HIGH && !(flags & WRK_FETCH_COLD);
 	f->pin = (flags & WRK_FETCH_PIN) != 0;
 	f->cold = (flags & WRK_FETCH_COLD) != 0;
 	f->fd = -1;
@@ -1298,15 +1298,12 @@ static void run_direct(wrk_fx *fx, job *j)
 /* Verify a cached block for a reader, unless another reader's verify got
  * there first or is under way (readers of one block after a restart queue
  * one each; wrk_bs_verify lets one read it). A block that fails, or whose
- * file cannot be read, is dropped (wrk_bs_verify drops it for a mismatch
- * or a missing file), unless the process is only short of descriptors or
- * memory: then the block stays and the error is the reader's. */
+ * file cannot be read, is dropped by wrk_bs_verify, unless the process is
+ * only short of descriptors or memory: then the block stays and the error
+ * is the reader's. */
 static int verify_once(wrk *w, cis_block_id id)
 {
-	int rc = wrk_bs_verify(w->bs, id, false);
-	if (rc < 0 && rc != -ENOENT && rc != -CIS_E_CHECKSUM && !wrk_short_of_resources(-rc))
-		wrk_bs_drop(w->bs, id, cis_strerror(rc));
-	return rc;
+	return wrk_bs_verify(w->bs, id, false);
 }
 
 static void run_job(wrk_fx *fx, job *j, char *stage)

@@ -40,10 +40,10 @@
 #define WRK_STREAM_CHUNK      (4u << 20)   /* data per reply frame */
 #define WRK_STREAM_MIN        (256u << 10) /* send a streamed frame once this much is in */
 #define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
-/* Uses of a block less than this apart are one use for eviction (the
- * requests of one pass over it: a reader of a 4 MiB block asks for it in
- * 1 MiB reads, a client renews its lease while reading); a block goes to
- * the protected segment when used again after a longer pause. */
+/* Uses of a block within this of the first use of a pass are that pass,
+ * one use for eviction (a reader of a 4 MiB block asks for it in 1 MiB
+ * reads); a use this long after it or later is a re-use: the block goes to
+ * the protected segment, and a new pass starts. */
 #define WRK_REUSE_MS        2000
 #define WRK_DEFAULT_LEASE   30000
 #define WRK_MAX_LEASE       600000
@@ -193,8 +193,9 @@ int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);
  * -ENOENT if that copy is gone already, whatever the id names now (a copy
  * fetched again after it was freed must not go for the old one's fault). */
 int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why);
-/* Read the block's file and compare its checksum. 0 (now verified),
- * -CIS_E_CHECKSUM or -ENOENT (both: dropped), or another local error.
+/* Read the block's file and compare its checksum. 0 (now verified), or an
+ * error: the copy is dropped (by its handle: a copy fetched again meanwhile
+ * stays) unless the process was only short of descriptors or memory.
  * One verify of a block runs at a time; another waits for its verdict,
  * and then reads the block again only if again (the scrubber) or if that
  * verify did not settle it (failed for lack of memory, say). */

@@ -12,7 +12,7 @@
  * marks the connection broken, fails every pending call with
  * -CIS_E_CLOSED and exits; the next call joins it, closes the fd under
  * wlock and reconnects (failed connects back off, doubling from 100 ms to
- * 5 s; calls within the back-off fail fast with the last error, which
+ * 1 s; calls within the back-off fail fast with the last error, which
  * suits failover to another server).
  *
  * Timeouts: a call that times out is forgotten (its late reply will be
@@ -303,7 +303,8 @@ static void do_break(cis_rpc_client *c)
 		shutdown(c->fd, SHUT_RDWR); /* wakes the reader and any writer */
 	c->broken = true;
 	for (k = c->calls; k; k = k->next) {
-		k->err = -CIS_E_CLOSED;
+		if (!k->err) /* a cancelled call stays cancelled */
+			k->err = -CIS_E_CLOSED;
 		pthread_cond_signal(&k->cv);
 	}
 	c->calls = NULL;
@@ -732,6 +733,12 @@ static int start_call(cis_rpc_client *c, struct call *k, uint16_t type, const Pr
 		pthread_mutex_unlock(&c->wlock);
 		r = cis_fail(em, -CIS_E_CLOSED, "rpc to %s: connection lost",
 		             target(c, t, sizeof(t)));
+		goto out_free;
+	}
+	if (k->err) { /* cancelled while it connected: never sent */
+		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->wlock);
+		r = cis_fail(em, k->err, "rpc to %s: cancelled", target(c, t, sizeof(t)));
 		goto out_free;
 	}
 	fd = c->fd;

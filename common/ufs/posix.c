@@ -42,11 +42,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cistern/time.h"
+
 #define POSIX_LIST_DEFAULT 1000
 #define POSIX_READ_CHUNK   (1u << 20)
 #define POSIX_TMP_PREFIX   ".cis-tmp."
 
-#define POSIX_LISTINGS 4 /* directories whose next page is kept */
+#define POSIX_LISTINGS   4     /* directories whose next page is kept */
+#define POSIX_LISTING_MS 60000 /* for at most this long (a listing given up) */
 
 /* The sorted names a listing has not returned yet: those after the token
  * its next page comes with. */
@@ -58,7 +61,8 @@ struct posix_listing {
 	struct timespec mtime;
 	char **names;
 	size_t n;
-	uint64_t stamp; /* when kept; the oldest slot is reused first */
+	uint64_t stamp;   /* when kept; the oldest slot is reused first */
+	uint64_t kept_ms; /* monotonic */
 };
 
 struct posix_state {
@@ -164,12 +168,15 @@ static bool listing_take(struct posix_state *s, const char *dir, const char *tok
                          const struct stat *st, char ***names, size_t *n)
 {
 	bool found = false;
+	uint64_t now = cis_mono_ms();
 
 	pthread_mutex_lock(&s->lock);
-	for (int i = 0; i < POSIX_LISTINGS && !found; i++) {
+	for (int i = 0; i < POSIX_LISTINGS; i++) {
 		struct posix_listing *l = &s->listings[i];
 
-		if (!same_page(l, dir, token, st))
+		if (l->dir && now - l->kept_ms > POSIX_LISTING_MS)
+			listing_clear(l); /* a listing given up half way */
+		if (found || !same_page(l, dir, token, st))
 			continue;
 		*names = l->names;
 		*n = l->n;
@@ -219,7 +226,8 @@ static void listing_keep(struct posix_state *s, const char *dir, const char *tok
 	                            .mtime = st->st_mtim,
 	                            .names = names,
 	                            .n = n - from,
-	                            .stamp = ++s->stamps};
+	                            .stamp = ++s->stamps,
+	                            .kept_ms = cis_mono_ms()};
 	pthread_mutex_unlock(&s->lock);
 }
 

@@ -50,7 +50,9 @@ static void teardown(void)
 	cis_metrics_free(w.metrics);
 }
 
-#define REUSE_MS 50 /* uses closer than this are one (WRK_REUSE_MS in the worker) */
+/* Uses within this of a pass's first are that pass (WRK_REUSE_MS in the
+ * worker); wide enough for a put and a few uses under a sanitizer. */
+#define REUSE_MS 300
 
 static wrk_bs *open_bs(uint64_t cap)
 {
@@ -193,6 +195,27 @@ Test(worker_blockstore, uses_in_one_pass_do_not_promote)
 		cr_assert_eq(put(bs, i, 100, false), 0);
 	for (int i = 0; i < 2; i++)
 		cr_assert(!wrk_bs_has(bs, bid(i)), "block %d of one pass outlived the scan", i);
+	wrk_bs_close(bs);
+}
+
+/* A block used again and again, never pausing as long as the window, is
+ * promoted all the same: the window runs from its pass's first use, not
+ * from its last one (then the hottest blocks never left probation). */
+Test(worker_blockstore, a_block_used_without_pause_is_promoted)
+{
+	wrk_bs *bs = open_bs(1000);
+
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int k = 0; k < 8; k++) { /* a use every fifth of the window, past it */
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
+		usleep(REUSE_MS * 1000 / 5);
+	}
+	for (int i = 4; i < 12; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert(wrk_bs_has(bs, bid(i)), "block %d, used all along, evicted by a scan", i);
 	wrk_bs_close(bs);
 }
 
