@@ -235,6 +235,9 @@ wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 | cmp - <(expect f.bin $((
 	fail "short last block differs"
 wcl W1 f.bin read 5 0 0 | cmp - <(expect f.bin $((5 * MB)) 12345) || fail "short block served whole"
 wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 >/dev/null
+# Its reader has the bytes before the worker commits the block: let the
+# fetch end first (the open below raced it, and found it still fetching).
+wait_for 10 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1==\"cistern_worker_fetches_in_flight\"{print \$2}') = 0 ]"
 wcl W1 f.bin local 5 | cmp - <(expect f.bin $((5 * MB)) 12345) || fail "local: short block served"
 wcl W1 f.bin --file-size $((5 * MB + 100)) read 5 0 0 >/dev/null
 out=$(wcl W1 f.bin load 5)
@@ -397,23 +400,23 @@ kill_pid "$W4_PID"
 
 log "a full cache dir that turns read-only: eviction leaves its blocks served"
 mkdir -p "$CIS_TMP/ro2"
-start_worker W6 --cache-dir "$CIS_TMP/ro2:4M" --high-watermark 0.9 --low-watermark 0.5
-for b in 0 1 2; do wcl W6 f.bin read $b 0 0 >/dev/null; done
+start_worker W7 --cache-dir "$CIS_TMP/ro2:4M" --high-watermark 0.9 --low-watermark 0.5
+for b in 0 1 2; do wcl W7 f.bin read $b 0 0 >/dev/null; done
 mount --bind "$CIS_TMP/ro2" "$CIS_TMP/ro2"
 cis_on_exit "umount -l $CIS_TMP/ro2"
 mount -o remount,ro,bind "$CIS_TMP/ro2"
 # Block 3 needs room: the first eviction finds the file cannot go (the
 # rest of the dir was forgotten, and its files deleted once writable).
-wcl W6 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "block 3, dir turned ro"
-assert_eq "$("$WC" --tcp 127.0.0.1:$W6_RPC stat | awk 'NR==1 {print $2, $4, $5}')" \
+wcl W7 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "block 3, dir turned ro"
+assert_eq "$("$WC" --tcp 127.0.0.1:$W7_RPC stat | awk 'NR==1 {print $2, $4, $5}')" \
 	"$((3 * MB)) 3 0" "used, blocks and writable of a full dir that turned read-only"
-reads0=$(metric W6 cistern_worker_store_reads_total)
+reads0=$(metric W7 cistern_worker_store_reads_total)
 for b in 0 1 2; do
-	wcl W6 f.bin read $b 0 0 | cmp - <(expect f.bin $((b * MB)) $MB) || fail "block $b, dir ro"
+	wcl W7 f.bin read $b 0 0 | cmp - <(expect f.bin $((b * MB)) $MB) || fail "block $b, dir ro"
 done
-assert_eq "$(metric W6 cistern_worker_store_reads_total)" "$reads0" "cached blocks of the ro dir"
+assert_eq "$(metric W7 cistern_worker_store_reads_total)" "$reads0" "cached blocks of the ro dir"
 umount "$CIS_TMP/ro2"
-kill_pid "$W6_PID"
+kill_pid "$W7_PID"
 
 log "a cache dir that vanishes"
 start_worker W5 --cache-dir "$CIS_TMP/c5:64M"

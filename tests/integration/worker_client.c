@@ -306,6 +306,13 @@ static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
 
 		memset(&res, 0, sizeof(res));
 		rc = cis_rpc_call(c, CIS_MSG_WORKER_OPEN_LOCAL, &req.base, NULL, 0, &res, 0, &em);
+		if (rc == -EAGAIN && attempt > 0 && attempt < 100) {
+			/* The read below had every byte before the worker
+			 * committed the block (it does so just after): a
+			 * moment later it opens. */
+			usleep(20000);
+			continue;
+		}
 		if (rc != -EAGAIN || attempt > 0) {
 			if (rc < 0)
 				die("open local: %s (%s)", cis_errmsg_or(&em, rc),
