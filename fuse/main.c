@@ -182,7 +182,10 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
 	if (rc) {
 		log_err("getattr", ino, rc, &em);
-		fuse_reply_err(req, kernel_err(rc));
+		/* An inode the master no longer has (its name is another
+		 * object now): ESTALE makes the kernel look the path up
+		 * again, where ENOENT failed a name that exists. */
+		fuse_reply_err(req, rc == -ENOENT && ino != FUSE_ROOT_ID ? ESTALE : kernel_err(rc));
 		return;
 	}
 	struct stat st;
@@ -224,10 +227,29 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* Without default_permissions the kernel takes this answer: writes are
+ * refused (read-only mount), execution needs an execute bit (a script
+ * without one passed test -x and then failed to run). */
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-	(void)ino;
-	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+	fcl *c = req_fcl(req);
+	if (mask & W_OK) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (!(mask & X_OK)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	fcl_attr a;
+	cis_errmsg em = {{0}};
+	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
+	if (rc) {
+		log_err("access", ino, rc, &em);
+		fuse_reply_err(req, kernel_err(rc));
+		return;
+	}
+	fuse_reply_err(req, (a.mode & 0111) ? 0 : EACCES);
 }
 
 /* ---- directories ---- */

@@ -303,8 +303,17 @@ int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *ou
 	if (cache_get(m->entries, k, klen, &c)) {
 		if (c.negative)
 			return -ENOENT;
-		*out = c.attr;
-		return 0;
+		/* The name gives the inode; its attributes come from the
+		 * attribute cache, which every later answer (an open, a
+		 * getattr) updated, or from the master: the name's own copy
+		 * may be older, and a kernel given the old size of a grown
+		 * file cuts its reads there. */
+		int rc = fcl_meta_getattr(m, c.attr.ino, out, em);
+		if (rc != -ENOENT)
+			return rc;
+		/* That inode is gone (the name is another object now, of
+		 * another type): ask for the name. */
+		fcl_lru_remove(m->entries, k, klen, NULL);
 	}
 	return fetch_shared(m, k, klen, parent, name, 0, out, em);
 }

@@ -14,6 +14,9 @@
 #    descriptor: the read fails over and returns the right bytes;
 #  - fio read jobs with verification through the mount, on files fio wrote
 #    into the store with its verify pattern;
+#  - after changes in the store and a sync: a grown file read whole after
+#    the kernel forgot its name, a file replaced by a directory seen as one,
+#    test -x following the execute bits;
 #  - the master killed: lookups fail with EIO (not ECONNREFUSED) while it is
 #    away, and resolve again within about a second of its return.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -262,6 +265,42 @@ wait_for 20 bash -c "[ \"\$(stat -c %Y '$SRC/fio/cis.0.0')\" = \"\$(stat -c %Y '
 fio "${FIO_JOB[@]/#--directory=*/--directory=$MNT/data/fio}" --rw=read --readonly --numjobs=1 \
 	>"$CIS_TMP/fio-bad.log" 2>&1 && fail "fio verified a corrupted file"
 grep -q "verify failed" "$CIS_TMP/fio-bad.log" || fail "fio: no verify failure: $(tail -3 "$CIS_TMP/fio-bad.log")"
+
+# --- metadata after a change ---------------------------------------------------------------
+log "metadata: a grown file read whole after the kernel forgot it, a file turned directory, X_OK"
+head -c 100 /dev/urandom >"$SRC/grow.bin"
+printf '#!/bin/sh\necho ran\n' >"$SRC/run.sh"
+cp "$SRC/run.sh" "$SRC/norun.sh"
+chmod 0755 "$SRC/run.sh"
+chmod 0644 "$SRC/norun.sh"
+echo file >"$SRC/swap"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (metadata)"
+MNT5="$CIS_TMP/mnt5"
+mount_fuse "$MNT5" --no-passthrough # names and attributes cached for 60 s; reads by the daemon
+ls -l "$MNT5/data" >/dev/null
+head -c 300000 /dev/urandom >"$SRC/grow.bin"
+touch -d '+1 minute' "$SRC/grow.bin"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (grown)"
+cmp "$SRC/grow.bin" "$MNT5/data/grow.bin" || fail "the grown file, first read"
+echo 2 >/proc/sys/vm/drop_caches # the kernel forgets the name; the client's cache keeps it
+assert_eq "$(stat -c %s "$MNT5/data/grow.bin")" 300000 "the grown file's size, looked up again"
+cmp "$SRC/grow.bin" "$MNT5/data/grow.bin" ||
+	fail "the grown file read at its old size (the name cache's attributes)"
+test -x "$MNT5/data/run.sh" || fail "access X_OK refused on a 0755 file"
+test -x "$MNT5/data/norun.sh" && fail "access X_OK granted on a 0644 file"
+assert_eq "$("$MNT5/data/run.sh")" ran "a script with an execute bit"
+unmount_fuse "$MNT5"
+MNT6="$CIS_TMP/mnt6"
+mount_fuse "$MNT6" --attr-timeout 1
+assert_eq "$(stat -c %F "$MNT6/data/swap")" "regular file" "swap before"
+rm "$SRC/swap"
+mkdir "$SRC/swap"
+echo inside >"$SRC/swap/in.txt"
+"${CLI[@]}" sync /data >/dev/null || fail "cistern sync /data (swap)"
+sleep 1.5 # the kernel's attributes expire; its name does not
+assert_eq "$(stat -c %F "$MNT6/data/swap" 2>&1)" "directory" "a file replaced by a directory"
+assert_eq "$(cat "$MNT6/data/swap/in.txt")" inside "inside the new directory"
+unmount_fuse "$MNT6"
 
 # --- the master restarted ----------------------------------------------------------------
 log "master away: lookups fail with EIO; back: names resolve again within about a second"
