@@ -17,6 +17,8 @@
 
 struct mst_flight {
 	uint64_t dir;
+	uint64_t mount_id; /* a listing for another mount of the same dir (a "/" mounted
+	                      again keeps inode 1) is not one to wait for */
 	bool done;
 	int rc;
 	cis_errmsg em;
@@ -433,7 +435,7 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 	pthread_mutex_lock(&m->flight_lock);
 	for (;;) {
 		mst_flight *f = m->flights;
-		while (f && f->dir != dir->id)
+		while (f && !(f->dir == dir->id && f->mount_id == dir->mount_id))
 			f = f->next;
 		if (!f)
 			break;
@@ -459,6 +461,7 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		return -ENOMEM;
 	}
 	f->dir = dir->id;
+	f->mount_id = dir->mount_id;
 	f->refs = 1;
 	f->next = m->flights;
 	m->flights = f;
