@@ -35,12 +35,14 @@ static fcl *req_fcl(fuse_req_t req)
 
 static uint64_t to_master(const fcl *c, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? c->root_ino : (uint64_t)ino;
+	return ino == FUSE_ROOT_ID ? __atomic_load_n(&c->root_ino, __ATOMIC_RELAXED)
+	                           : (uint64_t)ino;
 }
 
 static fuse_ino_t to_fuse(const fcl *c, uint64_t ino)
 {
-	return ino == c->root_ino ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+	return ino == __atomic_load_n(&c->root_ino, __ATOMIC_RELAXED) ? FUSE_ROOT_ID
+	                                                              : (fuse_ino_t)ino;
 }
 
 /* A code for the kernel: errno values pass, Cistern codes (the master or a
@@ -789,6 +791,26 @@ static void raise_bdi_readahead(fcl *c)
 	close(fd);
 }
 
+/* A --root below "/" is an inode of its own, which a mount made again at
+ * that path (or above it) replaces: follow it (the old one answered
+ * ENOENT to everything for good). */
+static void follow_root(fcl *c)
+{
+	if (!strcmp(c->opts->root, "/"))
+		return; /* inode 1, whatever is mounted there */
+	fcl_attr a;
+	cis_errmsg em = {{0}};
+	if (fcl_master_resolve(c, c->opts->root, &a, &em) != 0 || !a.is_dir)
+		return; /* not there now: the old inode answers, as before */
+	uint64_t old = __atomic_exchange_n(&c->root_ino, a.ino, __ATOMIC_RELAXED);
+	if (old == a.ino)
+		return;
+	cis_warn("the root was mounted again: following it", "root=\"%s\" old_ino=%llu ino=%llu",
+	         c->opts->root, (unsigned long long)old, (unsigned long long)a.ino);
+	if (c->se)
+		(void)fuse_lowlevel_notify_inval_inode(c->se, FUSE_ROOT_ID, -1, 0);
+}
+
 static void *bg_main(void *arg)
 {
 	fcl *c = arg;
@@ -803,6 +825,7 @@ static void *bg_main(void *arg)
 			                "cannot refresh the worker list", "err=\"%s\"",
 			                cis_errmsg_or(&em, rc));
 		fcl_local_tick(c);
+		follow_root(c);
 		pthread_mutex_lock(&c->bg_lock);
 		if (c->bg_stop)
 			break;

@@ -18,7 +18,8 @@
 #    the kernel forgot its name, a file replaced by a directory seen as one,
 #    test -x following the execute bits;
 #  - the master killed: lookups fail with EIO (not ECONNREFUSED) while it is
-#    away, and resolve again within about a second of its return.
+#    away, and resolve again within about a second of its return;
+#  - a client showing --root /data follows /data mounted again.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/fuse_lib.sh"
 command -v fio >/dev/null || fail "fio is not installed"
@@ -326,4 +327,17 @@ took=$((($(date +%s%N) - back) / 1000000))
 [ "$took" -le 2000 ] || fail "the first lookup through came ${took} ms after the master was ready"
 cmp "$SRC/ow.bin" "$MNT4/data/ow.bin" || fail "ow.bin differs after the master restart"
 unmount_fuse "$MNT4"
+
+# --- the --root mounted again -------------------------------------------------------------
+log "a client showing --root /data follows /data when it is mounted again"
+MNT7="$CIS_TMP/mnt7"
+mount_fuse "$MNT7" --root /data --attr-timeout 1 --entry-timeout 1 --negative-timeout 1
+cmp "$SRC/ow.bin" "$MNT7/ow.bin" || fail "ow.bin through --root /data"
+unmount_fuse "$MNT" # the first mount's files would hold the mount
+"${CLI[@]}" unmount /data >/dev/null || fail "cistern unmount /data"
+"${CLI[@]}" mount /data "file://$SRC" --block-size 1M >/dev/null || fail "cistern mount /data again"
+# The old /data inode is gone: its listing was empty, its getattr ENOENT.
+wait_for 15 bash -c "ls '$MNT7' | grep -qx ow.bin"
+cmp "$SRC/ow.bin" "$MNT7/ow.bin" || fail "ow.bin through --root /data mounted again"
+unmount_fuse "$MNT7"
 log "ok"
