@@ -800,6 +800,17 @@ static bool done_before(const struct job *j, const char *path)
 	       (path_within(c, path) || (mst_path_order(path, c) <= 0 && !path_within(path, c)));
 }
 
+/* f joins the in-flight files, in walk order. Caller holds js->lock. */
+static void append_frec(struct job *j, struct frec *f)
+{
+	if (j->ftail)
+		j->ftail->next = f;
+	else
+		j->fhead = f;
+	j->ftail = f;
+	j->nfiles++;
+}
+
 static int load_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct job *j = arg;
@@ -835,12 +846,7 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 	}
 	j->files_seen++;
 	j->bytes_seen += f->size;
-	if (j->ftail)
-		j->ftail->next = f;
-	else
-		j->fhead = f;
-	j->ftail = f;
-	j->nfiles++;
+	append_frec(j, f);
 	int err = 0;
 	refresh_live(j, m);
 	uint32_t r = j->replicas ? j->replicas : 1;
@@ -893,12 +899,7 @@ static int walk_err(void *arg, const char *path, int code, const char *msg)
 	f->dir = true;
 	f->all_queued = true;
 	pthread_mutex_lock(&j->js->lock);
-	if (j->ftail)
-		j->ftail->next = f;
-	else
-		j->fhead = f;
-	j->ftail = f;
-	j->nfiles++;
+	append_frec(j, f);
 	commit_head(j);
 	pthread_mutex_unlock(&j->js->lock);
 	return 0;

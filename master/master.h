@@ -245,7 +245,7 @@ struct Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id);
  * silent before it is declared lost; and not registered again or in the
  * middle of a full report (until its last page, its locations are the
  * ones from before: a copy it may have lost). */
-bool mst_workers_heard_recently(mst_workers *w, uint64_t id);
+bool mst_workers_sure_holder(mst_workers *w, uint64_t id);
 uint64_t mst_workers_heartbeat_ms(mst_workers *w);
 uint64_t mst_workers_lost_ms(mst_workers *w);
 

@@ -325,8 +325,7 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 			size_t kept = 0;
 			for (size_t i = 0; i < no; i++) {
 				uint64_t t = s->live[order[i]];
-				if (!has(hold, nh, t) ||
-				    !mst_workers_heard_recently(s->m->workers, t))
+				if (!has(hold, nh, t) || !mst_workers_sure_holder(s->m->workers, t))
 					continue;
 				if (kept < target) {
 					kept++;

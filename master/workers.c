@@ -667,7 +667,7 @@ Cis__WorkerInfo *mst_workers_info(mst_workers *w, uint64_t id)
 	return r;
 }
 
-bool mst_workers_heard_recently(mst_workers *w, uint64_t id)
+bool mst_workers_sure_holder(mst_workers *w, uint64_t id)
 {
 	pthread_mutex_lock(&w->lock);
 	struct worker *wk = find(w, id);

@@ -151,6 +151,16 @@ static const char *str(json_t *o, const char *k)
 	return s ? s : "";
 }
 
+/* Submit r and run it here to its end; its id. */
+static uint64_t submit_and_run(mst_job_req *r)
+{
+	cis_errmsg em = {{0}};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	return id;
+}
+
 Test(jobs, path_order_is_the_walk_order)
 {
 	cr_assert_eq(mst_path_order("/a/b", "/a/b"), 0);
@@ -225,11 +235,9 @@ Test(jobs, policies_inherit_and_recursive_setrep_clears_below)
 
 Test(jobs, load_without_workers_fails_each_file_once_and_persists)
 {
-	cis_errmsg em = {{0}};
 	mst_job_req r = {.type = "load", .path = "/m", .replicas = 2};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	json_t *j = mst_job_json(m, id, 10);
 	cr_assert_str_eq(str(j, "state"), "done");
 	cr_assert_eq(count(j, "files"), 3);
@@ -260,12 +268,10 @@ Test(jobs, load_without_workers_fails_each_file_once_and_persists)
 
 Test(jobs, unreachable_worker_fails_files_with_its_error)
 {
-	cis_errmsg em = {{0}};
 	fake_worker(1 << 30);
 	mst_job_req r = {.type = "load", .path = "/m/sub"};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	json_t *j = mst_job_json(m, id, 10);
 	cr_assert_eq(count(j, "files"), 1);
 	cr_assert_eq(count(j, "files_failed"), 1);
@@ -282,7 +288,6 @@ Test(jobs, unreachable_worker_fails_files_with_its_error)
  * paths with the live cursor, which a sender could free under it. */
 Test(jobs, files_committed_during_the_walk_are_each_counted_once)
 {
-	cis_errmsg em = {{0}};
 	char dir[400], name[32];
 	enum { NFILES = 3000 };
 
@@ -295,8 +300,7 @@ Test(jobs, files_committed_during_the_walk_are_each_counted_once)
 	fake_worker(1 << 30);
 	mst_job_req r = {.type = "load", .path = "/m/many", .parallel = 4};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	json_t *j = mst_job_json(m, id, 0);
 	cr_assert_eq(count(j, "files"), NFILES);
 	cr_assert_eq(count(j, "files_failed"), NFILES, "the worker is unreachable");
@@ -306,11 +310,9 @@ Test(jobs, files_committed_during_the_walk_are_each_counted_once)
 
 Test(jobs, metadata_only_lists_without_tasks)
 {
-	cis_errmsg em = {{0}};
 	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	json_t *j = mst_job_json(m, id, 10);
 	cr_assert_eq(count(j, "files"), 3);
 	cr_assert_eq(count(j, "files_failed"), 0);
@@ -473,9 +475,8 @@ Test(jobs, ttl_frees_after_the_load)
 {
 	cis_errmsg em = {{0}};
 	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
-	uint64_t id, started;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	uint64_t started;
+	(void)submit_and_run(&r);
 	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 3600000000000LL, &started), 0);
 	cr_assert_eq(started, 0, "no ttl, nothing expires");
 	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
@@ -519,9 +520,8 @@ Test(jobs, ttl_frees_a_load_of_a_path_not_utf8)
 	cr_assert_eq(mkdir(dir, 0755), 0);
 	put_file(dir, "f.bin", "ab");
 	mst_job_req r = {.type = "load", .path = "/m/d\xff", .metadata_only = true};
-	uint64_t id, started;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	uint64_t started;
+	(void)submit_and_run(&r);
 	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
 	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
 	cr_assert_eq(started, 1, "a free job for the load's path");
@@ -642,7 +642,6 @@ static void pin_job(const char *path, bool pin)
  * parent, and a load pins what lies below a pinned path. */
 Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
 {
-	cis_errmsg em = {{0}};
 	cis_rpc_server *srv = serve_worker(recording_worker);
 
 	json_t *j;
@@ -659,8 +658,7 @@ Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
 
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	j = mst_job_json(m, id, 10);
 	cr_assert_str_eq(str(j, "state"), "done");
 	cr_assert_eq(count(j, "files_failed"), 0);
@@ -796,12 +794,10 @@ Test(jobs, register_with_a_large_id_is_quick)
  * what the API shows (from LMDB), and the list shows every job. */
 Test(jobs, finished_jobs_leave_memory_not_the_records)
 {
-	cis_errmsg em = {{0}};
 	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
 	uint64_t first = 0, id;
 	for (int i = 0; i < 80; i++) {
-		cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-		cr_assert_eq(mst_job_run(m, id), 0);
+		id = submit_and_run(&r);
 		if (!first)
 			first = id;
 	}
@@ -858,12 +854,10 @@ Test(jobs, load_batches_at_a_lost_worker_fail_at_once)
  * started over and counted those files twice). */
 Test(jobs, names_not_utf8_keep_the_cursor_and_the_failures)
 {
-	cis_errmsg em = {{0}};
 	put_file(store, "\xff\xfe.bin", "ab");
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	mst_close(m);
 	open_master();
 	json_t *j = mst_job_json(m, id, 10);
@@ -977,11 +971,9 @@ Test(jobs, trim_spares_copies_while_a_holder_is_silent)
  * " 1" or "+1" as job 1). */
 Test(jobs, bad_job_ids_in_a_query_are_refused)
 {
-	cis_errmsg em = {{0}};
 	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	char good[32], spaced[40], plus[40];
 	snprintf(good, sizeof(good), "%llu", (unsigned long long)id);
 	snprintf(spaced, sizeof(spaced), " %llu", (unsigned long long)id);
@@ -1107,7 +1099,6 @@ static cis_block_id first_block(const char *path)
  * error (re-placement excluded the holder and found no one else). */
 Test(jobs, a_failed_owner_leaves_the_block_cached_on_a_live_holder)
 {
-	cis_errmsg em = {{0}};
 	fake_worker(1 << 20); /* refuses */
 	atomic_store(&lw_cached, 1);
 	uint64_t b;
@@ -1116,8 +1107,7 @@ Test(jobs, a_failed_owner_leaves_the_block_cached_on_a_live_holder)
 	beat(b, &bid);
 	mst_job_req r = {.type = "load", .path = "/m/a.txt", .replicas = 2};
 	uint64_t id;
-	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
-	cr_assert_eq(mst_job_run(m, id), 0);
+	id = submit_and_run(&r);
 	json_t *j = mst_job_json(m, id, 10);
 	cr_assert_str_eq(str(j, "state"), "done");
 	cr_assert_eq(count(j, "files_failed"), 0, "%s",

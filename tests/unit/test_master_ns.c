@@ -826,15 +826,15 @@ Test(master, a_reregistered_worker_keeps_its_locations_until_its_report)
 	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
 	cr_assert_eq(heartbeat_delta(42, 1, 0), 0);
 	cr_assert_eq(heartbeat_delta(42, 2, 0), 0);
-	cr_assert(mst_workers_heard_recently(m->workers, 42));
+	cr_assert(mst_workers_sure_holder(m->workers, 42));
 	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
 	cr_assert_eq(holders(1, NULL), 1);
 	cr_assert_eq(holders(2, NULL), 1);
 	/* Not a sure holder meanwhile: replication trims no copy elsewhere
 	 * for one this worker may have lost. */
-	cr_assert_not(mst_workers_heard_recently(m->workers, 42));
+	cr_assert_not(mst_workers_sure_holder(m->workers, 42));
 	cr_assert_eq(report_page(42, true, true, (const uint8_t[]){2}, 1, NULL), 0);
-	cr_assert(mst_workers_heard_recently(m->workers, 42));
+	cr_assert(mst_workers_sure_holder(m->workers, 42));
 	cr_assert_eq(holders(1, NULL), 0);
 	cr_assert_eq(holders(2, NULL), 1);
 }

@@ -151,6 +151,14 @@ Test(worker_blockstore, eviction_spares_pinned_and_in_use)
 	wrk_bs_close(bs);
 }
 
+/* A scan of new blocks 4..11 (800 bytes) through a 1000-byte cache that
+ * holds blocks 0..3: past the high mark, so eviction picks among them. */
+static void scan(wrk_bs *bs)
+{
+	for (int i = 4; i < 12; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+}
+
 /* Blocks a client reads again, after a pause, through descriptors it holds
  * are reported as uses (Touch): they move to the protected segment, and a
  * scan of new blocks then evicts the scan, not them. Untouched, the same
@@ -164,8 +172,7 @@ Test(worker_blockstore, touched_blocks_survive_a_scan)
 	usleep(2 * REUSE_MS * 1000);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
-	for (int i = 4; i < 12; i++) /* 800 bytes of a scan: past the high mark */
-		cr_assert_eq(put(bs, i, 100, false), 0);
+	scan(bs);
 	for (int i = 0; i < 4; i++)
 		cr_assert(wrk_bs_has(bs, bid(i)), "touched block %d evicted by a scan", i);
 	cr_assert(!wrk_bs_has(bs, bid(4)), "the scan's oldest block kept");
@@ -191,8 +198,7 @@ Test(worker_blockstore, uses_in_one_pass_do_not_promote)
 			wrk_bs_release(bs, info.blk);
 		}
 	}
-	for (int i = 4; i < 12; i++)
-		cr_assert_eq(put(bs, i, 100, false), 0);
+	scan(bs);
 	for (int i = 0; i < 2; i++)
 		cr_assert(!wrk_bs_has(bs, bid(i)), "block %d of one pass outlived the scan", i);
 	wrk_bs_close(bs);
@@ -212,8 +218,7 @@ Test(worker_blockstore, a_block_used_without_pause_is_promoted)
 			cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
 		usleep(REUSE_MS * 1000 / 5);
 	}
-	for (int i = 4; i < 12; i++)
-		cr_assert_eq(put(bs, i, 100, false), 0);
+	scan(bs);
 	for (int i = 0; i < 2; i++)
 		cr_assert(wrk_bs_has(bs, bid(i)), "block %d, used all along, evicted by a scan", i);
 	wrk_bs_close(bs);
@@ -236,8 +241,7 @@ Test(worker_blockstore, the_first_use_of_a_loaded_block_does_not_promote)
 		usleep(2 * REUSE_MS * 1000);
 		cr_assert_eq(wrk_bs_touch(bs, bid(i)), 0);
 	}
-	for (int i = 4; i < 12; i++)
-		cr_assert_eq(put(bs, i, 100, false), 0);
+	scan(bs);
 	for (int i = 0; i < 2; i++)
 		cr_assert(!wrk_bs_has(bs, bid(i)), "block %d, used once, outlived the scan", i);
 	for (int i = 2; i < 4; i++)
