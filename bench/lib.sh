@@ -9,6 +9,9 @@
 # Knobs (environment): BENCH_REPEATS (3), BENCH_STORES ("plain shaped"),
 # BENCH_SYSTEMS, SHAPE_LATENCY_MS (20), SHAPE_CONN_MBPS (100),
 # SHAPE_TOTAL_MBPS (1000), BENCH_DATA (where generated datasets are kept),
+# BENCH_STORE_DIR (where s3rver keeps its objects: by default a fresh
+# directory in /dev/shm when it has BENCH_STORE_RAM_MIN_GIB (8) free, else
+# under CIS_TMP on the data's disk; see bench_store_up),
 # BENCH_VIA_FRONT=1 (go through the SigV4-verifying front; by default the
 # benchmarks talk to s3rver directly, which does not check signatures, so
 # the front's extra proxy hop and signature checks do not cost CPU that the
@@ -31,11 +34,36 @@ SHAPE_LATENCY_MS=${SHAPE_LATENCY_MS:-20}
 SHAPE_CONN_MBPS=${SHAPE_CONN_MBPS:-100}
 SHAPE_TOTAL_MBPS=${SHAPE_TOTAL_MBPS:-1000}
 mkdir -p "$BENCH_RESULTS" "$BENCH_DATA"
-# s3rver keeps its objects under CIS_TMP: put that on the same disk as the
-# data rather than a small tmpfs.
+# The caches of the systems under test live under CIS_TMP: put that on the
+# same disk as the data rather than a small tmpfs.
 export TMPDIR=${TMPDIR:-$BENCH_DATA}
 
+# s3rver's objects live in memory when there is room: a remote store never
+# reads from the disk the systems under test cache on, and on one shared
+# disk every system's cache writes would slow the store's own reads (the
+# curl baseline writes nothing). Page-cache drops do not touch tmpfs, so the
+# store's reads cost CPU only, the same for every system.
+bench_store_dir() {
+	if [ -n "${BENCH_STORE_DIR:-}" ]; then
+		mkdir -p "$BENCH_STORE_DIR"
+		echo "$BENCH_STORE_DIR"
+		return
+	fi
+	local free_kib
+	free_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+	if [ "${free_kib:-0}" -ge $((${BENCH_STORE_RAM_MIN_GIB:-8} << 20)) ]; then
+		mktemp -d /dev/shm/cistern-bench-store.XXXXXX
+	else
+		echo "$CIS_TMP/s3rver"
+	fi
+}
+
 bench_store_up() {
+	S3RVER_DATA_DIR=$(bench_store_dir)
+	case $S3RVER_DATA_DIR in
+	/dev/shm/cistern-bench-store.*) cis_on_exit "rm -rf $S3RVER_DATA_DIR" ;;
+	esac
+	export S3RVER_DATA_DIR
 	s3_start
 	if [ "${BENCH_VIA_FRONT:-0}" = 1 ]; then
 		PLAIN_ENDPOINT=$CIS_S3_ENDPOINT
@@ -58,7 +86,7 @@ bench_store_up() {
 	wait_for 20 grep -q "shape-proxy ready" "$CIS_TMP/shape.log"
 	SHAPED_ENDPOINT="http://127.0.0.1:$port"
 	export PLAIN_ENDPOINT SHAPED_ENDPOINT
-	log "bench: store plain $PLAIN_ENDPOINT, shaped $SHAPED_ENDPOINT" \
+	log "bench: store plain $PLAIN_ENDPOINT, shaped $SHAPED_ENDPOINT, objects in $S3RVER_DATA_DIR" \
 		"(${SHAPE_LATENCY_MS} ms, ${SHAPE_CONN_MBPS} MB/s per connection, ${SHAPE_TOTAL_MBPS} MB/s total)"
 }
 

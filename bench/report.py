@@ -288,7 +288,10 @@ def main():
           "", "## Machine", "", "| | |", "|---|---|"]
     md += [f"| {k} | {v} |" for k, v in machine(src)]
     md += ["", "## The store", "",
-           "s3rver on loopback. *plain*: s3rver directly. *shaped*: through "
+           "s3rver on loopback, its objects in memory (/dev/shm): a remote store never "
+           "reads from the disk the systems under test cache on, and on one shared disk "
+           "their cache writes would slow the store's own reads while the curl baseline "
+           "writes nothing. *plain*: s3rver directly. *shaped*: through "
            "`bench/shape-proxy.js`, which emulates cloud object storage with a first-byte "
            "latency per request and per-connection and aggregate bandwidth caps (values per "
            "run below). The store's limit is one `curl --parallel --parallel-max 16` process "

@@ -51,6 +51,17 @@ fi
 	echo "- Shaped store: ${SHAPE_LATENCY_MS:-20} ms first-byte latency, ${SHAPE_CONN_MBPS:-100} MB/s per connection, ${SHAPE_TOTAL_MBPS:-1000} MB/s in all."
 } >>"$notes"
 
+# The report says s3rver's objects are in memory; a script whose store had
+# to go on disk (bench/lib.sh: bench_store_dir) is marked.
+store_on_disk_note() {
+	local dir
+	dir=$(sed -n 's/.*bench: store .*, objects in \(.*\) (.*/\1/p' "$1" | head -1)
+	case $dir in
+	"" | /dev/shm/*) ;;
+	*) echo " Its store's objects were on disk ($dir), not in memory." ;;
+	esac
+}
+
 for n in "${names[@]}"; do
 	script="$bench/$n.sh"
 	if [ ! -x "$script" ]; then
@@ -62,7 +73,7 @@ for n in "${names[@]}"; do
 	timeout --kill-after=30 "${BENCH_TIMEOUT:-3600}" "$script" >"$results/$n.log" 2>&1
 	rc=$?
 	if [ $rc -eq 0 ]; then
-		echo "- \`bench/$n.sh\`: done in $((SECONDS - t0)) s." >>"$notes"
+		echo "- \`bench/$n.sh\`: done in $((SECONDS - t0)) s.$(store_on_disk_note "$results/$n.log")" >>"$notes"
 	else
 		echo "- \`bench/$n.sh\`: **failed** (exit $rc after $((SECONDS - t0)) s): \`$(grep -v '^\s*$' "$results/$n.log" | tail -1 | cut -c1-200)\`" >>"$notes"
 		echo "run-all: $n failed (exit $rc), see $results/$n.log" >&2

@@ -8,7 +8,8 @@
 #   s3_stats            the front's request counts (JSON)
 #   s3_reset_stats
 # Both processes are killed on exit. S3RVER_SILENT= (empty) shows s3rver's log
-# in $CIS_TMP/s3rver.log, for debugging.
+# in $CIS_TMP/s3rver.log, for debugging. S3RVER_DATA_DIR puts s3rver's objects
+# elsewhere than $CIS_TMP/s3rver (the caller removes it).
 
 S3_NODE_DIR="$CIS_SRC/tests/node"
 S3_START_TIMEOUT=${S3_START_TIMEOUT:-30}
@@ -25,7 +26,7 @@ s3_start() {
 	export CIS_S3_SECRET_KEY=${CIS_S3_SECRET_KEY:-cis-test-secret/With+Odd=Chars}
 	export CIS_S3_BUCKET=${CIS_S3_BUCKET:-cistern-test}
 	export CIS_S3_REGION=${CIS_S3_REGION:-us-east-1}
-	local data="$CIS_TMP/s3rver"
+	local data="${S3RVER_DATA_DIR:-$CIS_TMP/s3rver}"
 	mkdir -p "$data"
 
 	S3RVER_PORT=$(free_port)
