@@ -873,6 +873,19 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 			else if (rc > 0)
 				task_done(j, &t, 0, NULL, true, 0);
 		}
+		/* A huge file waits for the queue as files do, rather than queue
+		 * every batch (memory) with the lock held (cancel, status and
+		 * the senders waited for its last block). */
+		if (j->qlen >= 2 * j->parallel) {
+			while (j->qlen >= 2 * j->parallel && !j->cancel)
+				job_wait(j, 500);
+			if (j->cancel) {
+				f->c.blocks = b + 1; /* what was queued */
+				err = 1;
+				break;
+			}
+			refresh_live(j, m);
+		}
 	}
 	f->all_queued = true;
 	commit_head(j);

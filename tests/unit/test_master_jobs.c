@@ -1257,6 +1257,49 @@ Test(jobs, cancel_does_not_wait_for_a_slow_worker)
 	open_master();
 }
 
+/* A huge file is queued as the senders take its batches: its first batch
+ * reaches the worker at once and a cancel is quick. Before, the 16M blocks
+ * of this 64 GiB file (sparse, 4 KiB blocks) were all queued with the
+ * jobs' lock held, seconds and gigabytes before the first one was sent. */
+Test(jobs, a_huge_file_is_queued_as_the_senders_go)
+{
+	cis_errmsg em = {{0}};
+	char dir[400], path[500], uri[420];
+	snprintf(dir, sizeof(dir), "%s/huge", tmp);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/big", dir);
+	FILE *fp = fopen(path, "w");
+	cr_assert(fp);
+	fclose(fp);
+	cr_assert_eq(truncate(path, 64ll << 30), 0);
+	reopen_with_threads(60000);
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	mst_mount_req mr = {.path = "/h", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &mr, NULL, &em), 0, "%s", em.text);
+	atomic_store(&lw_delay_ms, 20000);
+	cis_rpc_server *srv = serve_worker(load_worker);
+	mst_job_req r = {.type = "load", .path = "/h"};
+	uint64_t id, t0 = cis_mono_ms();
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	while (!atomic_load(&lw_batches) && cis_mono_ms() - t0 < 20000)
+		cis_sleep_ms(10);
+	uint64_t first = cis_mono_ms() - t0;
+	cr_assert_lt(first, 1000, "the first batch reached the worker after %llu ms",
+	             (unsigned long long)first);
+	t0 = cis_mono_ms();
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	json_t *j = wait_job(id, 5000);
+	uint64_t took = cis_mono_ms() - t0;
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	json_decref(j);
+	lw_drain();
+	mst_close(m);
+	m = NULL;
+	cis_rpc_server_stop(srv);
+	open_master();
+}
+
 /* A master stopping with a batch out does not wait for the worker either,
  * and the job's record still says running (the next start resumes it). */
 Test(jobs, close_does_not_wait_for_a_slow_worker)
