@@ -977,7 +977,7 @@ static int run_load(struct job *j, cis_errmsg *em)
 			break;
 	int err = started ? mst_walk(m, j->path, true, load_file, walk_err, j, em) : -EAGAIN;
 	pthread_mutex_lock(&j->js->lock);
-	if (!err)
+	if (!err && !j->cancel) /* a cancel stops the walk too */
 		j->listing_done = true;
 	flush_pending(j);
 	/* at shutdown nothing is committed any more (commit_head): stop once the
@@ -1110,7 +1110,7 @@ static int run_bcast(struct job *j, cis_errmsg *em)
 		err = mst_walk(j->js->m, j->path, false, bcast_file, NULL, b, em);
 	if (!err)
 		bcast_flush(b);
-	j->listing_done = true;
+	j->listing_done = !err && !j->cancel;
 	free(b->live);
 	free(b);
 	return err;

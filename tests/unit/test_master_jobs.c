@@ -1292,6 +1292,8 @@ Test(jobs, a_huge_file_is_queued_as_the_senders_go)
 	uint64_t took = cis_mono_ms() - t0;
 	cr_assert_str_eq(str(j, "state"), "cancelled");
 	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	cr_assert(!json_is_true(json_object_get(j, "listing_done")),
+	          "the walk was stopped part way, yet the listing is said to be done");
 	json_decref(j);
 	lw_drain();
 	mst_close(m);
