@@ -63,7 +63,7 @@ typedef struct fcl_file {
 	uint64_t size;
 	uint64_t block_size;
 	uint64_t vhash;       /* of version; never 0 */
-	uint64_t answered;    /* order of the master answer giving version */
+	uint64_t answered;    /* ticket of the Open request giving version (later is newer) */
 	bool page_cache;      /* reads go through the node's page cache (not direct) */
 	pthread_mutex_t lock; /* guards ra */
 	fcl_ra ra;
@@ -98,7 +98,6 @@ typedef struct fcl {
 	fcl_inodes *inodes;
 	fcl_meta *meta;
 	fcl_versions *versions;  /* the version each node's page cache holds */
-	uint64_t open_answers;   /* master Open answers received (atomic) */
 	fcl_lru *changed;        /* ino -> version a read found changed in the store */
 	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;

@@ -308,6 +308,7 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
 		uint64_t cookie = 0;
 		for (;;) {
 			Cis__ReadDirReply *rep = NULL;
+			uint64_t ticket = fcl_meta_ticket(c->meta);
 			rc = fcl_master_readdir(c, dino, cookie, DIR_PAGE, &rep, em);
 			if (rc)
 				break;
@@ -335,7 +336,7 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
 					break;
 				}
 				fcl_attr_from_inode(in, &e->a);
-				fcl_meta_put(c->meta, dino, e->name, &e->a);
+				fcl_meta_put(c->meta, dino, e->name, &e->a, ticket);
 				d->n++;
 			}
 			bool done = rep->eof || rep->n_entries == 0;

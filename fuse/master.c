@@ -279,6 +279,7 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	req.inode = ino;
 	req.stale_version = stale;
 	Cis__OpenReply *rep = NULL;
+	uint64_t ticket = fcl_meta_ticket(c->meta);
 	rc = call(c->master, CIS_MSG_MASTER_OPEN, &req.base, &cis__open_reply__descriptor,
 	          (ProtobufCMessage **)&rep, 0, em);
 	if (rc) {
@@ -307,7 +308,7 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	snprintf(oi.version, sizeof(oi.version), "%s",
 	         rep->inode->version ? rep->inode->version : "");
 	oi.size = rep->inode->size;
-	oi.answered = __atomic_add_fetch(&c->open_answers, 1, __ATOMIC_RELAXED);
+	oi.answered = ticket;
 	oi.block_size = rep->mount->block_size ? rep->mount->block_size : oi.mount->block_size;
 	fcl_attr a;
 	fcl_attr_from_inode(rep->inode, &a);
@@ -315,7 +316,7 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	if (oi.version[0])
 		fcl_meta_put_open(c->meta, &a, &oi);
 	else
-		fcl_meta_put_attr(c->meta, &a);
+		fcl_meta_put_attr(c->meta, &a, ticket);
 	*out = file_new(c, ino, &oi, oi.key);
 	if (!*out)
 		rc = -ENOMEM;

@@ -3,7 +3,13 @@
  * bounded LRU with its own timeout. Misses go to the source with single
  * flight: the first thread to miss a key asks, later ones for the same key
  * wait for its answer, so a thousand readers opening one new file cost one
- * master request. */
+ * master request.
+ *
+ * Every answer is put with the ticket (fcl_meta_ticket) taken before its
+ * request went out, and never replaces an entry put with a later one: a
+ * getattr that was under way while an open learnt that the file grew would
+ * otherwise put the old size back (and drop the open's cache entry) when it
+ * landed. */
 #include "fcl.h"
 
 #include <errno.h>
@@ -16,6 +22,7 @@
 
 typedef struct cached {
 	uint64_t expires_ns;
+	uint64_t ticket; /* taken before the request this came from */
 	bool negative;
 	fcl_attr attr;
 } cached;
@@ -46,6 +53,8 @@ struct fcl_meta {
 	fcl_lru *entries, *attrs;
 	fcl_lru *opens;        /* ino -> open_ent */
 	pthread_mutex_t olock; /* guards opens, so a key is freed exactly once */
+	pthread_mutex_t plock; /* a put's check of the ticket in place and its put */
+	uint64_t tickets;      /* the last ticket handed out */
 	pthread_mutex_t lock;  /* guards flights */
 	pthread_cond_t landed;
 	flight *flights;
@@ -72,6 +81,7 @@ int fcl_meta_new(const fcl_meta_src *src, uint64_t entry_ms, uint64_t attr_ms, u
 	if (rc)
 		goto out_attrs;
 	pthread_mutex_init(&m->olock, NULL);
+	pthread_mutex_init(&m->plock, NULL);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->landed, NULL);
 	*out = m;
@@ -96,6 +106,7 @@ void fcl_meta_free(fcl_meta *m)
 		free(e.oi.key);
 	fcl_lru_free(m->opens);
 	pthread_mutex_destroy(&m->olock);
+	pthread_mutex_destroy(&m->plock);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->landed);
 	free(m);
@@ -128,23 +139,37 @@ static bool cache_get(fcl_lru *l, const unsigned char *k, size_t klen, cached *c
 	return false;
 }
 
-static void cache_put(fcl_lru *l, const unsigned char *k, size_t klen, uint64_t ttl_ns,
-                      bool negative, const fcl_attr *a)
+uint64_t fcl_meta_ticket(fcl_meta *m)
 {
-	if (ttl_ns == 0)
-		return;
-	cached c = {.expires_ns = cis_mono_ns() + ttl_ns, .negative = negative};
-	if (a)
-		c.attr = *a;
-	(void)fcl_lru_put(l, k, klen, &c, NULL, NULL); /* a cache: ENOMEM only costs a miss */
+	return __atomic_add_fetch(&m->tickets, 1, __ATOMIC_RELAXED);
 }
 
-void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a)
+/* False when the entry in place came from a later request (this answer is
+ * older news and is dropped). */
+static bool cache_put(fcl_meta *m, fcl_lru *l, const unsigned char *k, size_t klen, uint64_t ttl_ns,
+                      bool negative, const fcl_attr *a, uint64_t ticket)
+{
+	if (ttl_ns == 0)
+		return true;
+	cached c = {.expires_ns = cis_mono_ns() + ttl_ns, .ticket = ticket, .negative = negative},
+	       old;
+	if (a)
+		c.attr = *a;
+	pthread_mutex_lock(&m->plock);
+	bool newer = !fcl_lru_get(l, k, klen, &old) || old.ticket <= ticket;
+	if (newer)
+		(void)fcl_lru_put(l, k, klen, &c, NULL, NULL); /* ENOMEM only costs a miss */
+	pthread_mutex_unlock(&m->plock);
+	return newer;
+}
+
+void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a,
+                  uint64_t ticket)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = entry_key(k, parent, name);
-	cache_put(m->entries, k, klen, m->entry_ns, false, a);
-	fcl_meta_put_attr(m, a);
+	cache_put(m, m->entries, k, klen, m->entry_ns, false, a, ticket);
+	fcl_meta_put_attr(m, a, ticket);
 }
 
 /* Drop the open entry of ino unless it is of version vhash (any version
@@ -160,13 +185,12 @@ static void open_drop(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all)
 	pthread_mutex_unlock(&m->olock);
 }
 
-void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a)
+void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, a->ino);
-	cache_put(m->attrs, k, klen, m->attr_ns, false, a);
 	/* Another version: what its Open said no longer holds. */
-	if (!a->is_dir)
+	if (cache_put(m, m->attrs, k, klen, m->attr_ns, false, a, ticket) && !a->is_dir)
 		open_drop(m, a->ino, a->vhash, false);
 }
 
@@ -181,7 +205,7 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 {
 	if (m->attr_ns == 0) {
-		fcl_meta_put_attr(m, a);
+		fcl_meta_put_attr(m, a, oi->answered);
 		return;
 	}
 	open_ent e = {.expires_ns = cis_mono_ns() + m->attr_ns, .vhash = a->vhash, .oi = *oi};
@@ -206,7 +230,8 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 	else if (evicted)
 		free(old.oi.key);
 	pthread_mutex_unlock(&m->olock);
-	fcl_meta_put_attr(m, a); /* drops entries of other versions, not this one */
+	/* drops entries of other versions, not this one */
+	fcl_meta_put_attr(m, a, oi->answered);
 }
 
 int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi)
@@ -261,17 +286,18 @@ static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64
 		m->flights = f;
 		pthread_mutex_unlock(&m->lock);
 
+		uint64_t ticket = fcl_meta_ticket(m);
 		if (name)
 			f->rc = m->src.lookup(m->src.ctx, parent, name, &f->attr, &f->em);
 		else
 			f->rc = m->src.getattr(m->src.ctx, ino, &f->attr, &f->em);
 		/* Fill the caches before anyone can miss again. */
 		if (name && f->rc == 0)
-			fcl_meta_put(m, parent, name, &f->attr);
+			fcl_meta_put(m, parent, name, &f->attr, ticket);
 		else if (name && f->rc == -ENOENT)
-			cache_put(m->entries, k, klen, m->neg_ns, true, NULL);
+			cache_put(m, m->entries, k, klen, m->neg_ns, true, NULL, ticket);
 		else if (!name && f->rc == 0)
-			fcl_meta_put_attr(m, &f->attr);
+			fcl_meta_put_attr(m, &f->attr, ticket);
 
 		pthread_mutex_lock(&m->lock);
 		flight **pp = &m->flights;

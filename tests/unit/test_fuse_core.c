@@ -147,7 +147,8 @@ Test(fuse_lru, bounded_and_evicts_least_recent)
 typedef struct fake_src {
 	atomic_int lookups, getattrs;
 	int delay_ms;
-	int fail; /* returned instead of an answer when non-zero */
+	int fail;              /* returned instead of an answer when non-zero */
+	atomic_int hold, held; /* getattr waits while hold, saying so in held */
 } fake_src;
 
 static int fake_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em)
@@ -170,6 +171,9 @@ static int fake_getattr(void *ctx, uint64_t ino, fcl_attr *out, cis_errmsg *em)
 	fake_src *f = ctx;
 	(void)em;
 	atomic_fetch_add(&f->getattrs, 1);
+	atomic_store(&f->held, atomic_load(&f->hold));
+	while (atomic_load(&f->hold))
+		usleep(1000);
 	*out = (fcl_attr){.ino = ino, .size = ino * 10, .mode = 0644, .nlink = 1};
 	return 0;
 }
@@ -327,15 +331,15 @@ Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 	fcl_open_info oi = open_info("k", "v1", 500);
 	fcl_meta_put_open(m, &a, &oi);
 	/* Attributes of the same version (a listing, a getattr) keep it. */
-	fcl_meta_put_attr(m, &a);
-	fcl_meta_put(m, 1, "k", &a);
+	fcl_meta_put_attr(m, &a, fcl_meta_ticket(m));
+	fcl_meta_put(m, 1, "k", &a, fcl_meta_ticket(m));
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
 	free(got.key);
 	/* Another version drops it: the next open asks the master. */
 	fcl_attr a2 = a;
 	a2.vhash = 78;
 	a2.size = 600;
-	fcl_meta_put_attr(m, &a2);
+	fcl_meta_put_attr(m, &a2, fcl_meta_ticket(m));
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
 	/* A newer open replaces the entry (the old key freed: ASan would see). */
 	fcl_meta_put_open(m, &a, &oi);
@@ -382,6 +386,50 @@ Test(fuse_open_cache, an_older_answer_does_not_replace_a_newer)
 	fcl_meta_put_open(m, &a1, &v1);
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
 	cr_assert_str_eq(got.version, "v1");
+	free(got.key);
+	fcl_meta_free(m);
+}
+
+struct getattr_call {
+	fcl_meta *m;
+	fcl_attr a;
+	int rc;
+};
+
+static void *getattr_thread(void *arg)
+{
+	struct getattr_call *g = arg;
+	g->rc = fcl_meta_getattr(g->m, 7, &g->a, NULL);
+	return NULL;
+}
+
+/* A getattr sent before an open learnt that the file grew lands after it:
+ * its answer goes to its caller but not into the caches, where it would
+ * have put the old size back and dropped the open's entry. */
+Test(fuse_meta, an_answer_to_an_older_request_replaces_nothing_newer)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	atomic_store(&f.hold, 1);
+	struct getattr_call g = {.m = m};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, getattr_thread, &g), 0);
+	while (!atomic_load(&f.held))
+		usleep(1000);
+	fcl_attr grown = {.ino = 7, .size = 99, .mode = 0644, .nlink = 1, .vhash = 2};
+	fcl_open_info oi = open_info("k", "v2", 99);
+	oi.answered = fcl_meta_ticket(m);
+	fcl_meta_put_open(m, &grown, &oi);
+	atomic_store(&f.hold, 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(g.rc, 0);
+	cr_assert_eq(g.a.size, 70, "the caller has the answer it asked for");
+	fcl_attr b;
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(b.size, 99, "the older answer replaced the newer attributes");
+	cr_assert_eq(atomic_load(&f.getattrs), 1);
+	fcl_open_info got;
+	cr_assert_eq(fcl_meta_get_open(m, 7, &got), 0, "the older answer dropped the open entry");
 	free(got.key);
 	fcl_meta_free(m);
 }
