@@ -185,13 +185,22 @@ static void open_drop(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all)
 	pthread_mutex_unlock(&m->olock);
 }
 
-void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
+/* False when the attributes cached came from a later request. */
+static bool put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, a->ino);
+	if (!cache_put(m, m->attrs, k, klen, m->attr_ns, false, a, ticket))
+		return false;
 	/* Another version: what its Open said no longer holds. */
-	if (cache_put(m, m->attrs, k, klen, m->attr_ns, false, a, ticket) && !a->is_dir)
+	if (!a->is_dir)
 		open_drop(m, a->ino, a->vhash, false);
+	return true;
+}
+
+void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
+{
+	(void)put_attr(m, a, ticket);
 }
 
 void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
@@ -204,10 +213,10 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 
 void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 {
-	if (m->attr_ns == 0) {
-		fcl_meta_put_attr(m, a, oi->answered);
+	/* The attributes first (dropping open entries of other versions): an
+	 * answer older than the attributes cached puts no entry either. */
+	if (!put_attr(m, a, oi->answered) || m->attr_ns == 0)
 		return;
-	}
 	open_ent e = {.expires_ns = cis_mono_ns() + m->attr_ns, .vhash = a->vhash, .oi = *oi};
 	e.oi.key = strdup(oi->key ? oi->key : "");
 	if (!e.oi.key)
@@ -230,8 +239,6 @@ void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 	else if (evicted)
 		free(old.oi.key);
 	pthread_mutex_unlock(&m->olock);
-	/* drops entries of other versions, not this one */
-	fcl_meta_put_attr(m, a, oi->answered);
 }
 
 int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi)

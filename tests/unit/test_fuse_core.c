@@ -342,8 +342,10 @@ Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 	fcl_meta_put_attr(m, &a2, fcl_meta_ticket(m));
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
 	/* A newer open replaces the entry (the old key freed: ASan would see). */
+	oi.answered = fcl_meta_ticket(m);
 	fcl_meta_put_open(m, &a, &oi);
 	oi = open_info("k", "v2", 600);
+	oi.answered = fcl_meta_ticket(m);
 	fcl_meta_put_open(m, &a2, &oi);
 	cr_assert_eq(fcl_meta_open_count(m), 1);
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
@@ -352,6 +354,7 @@ Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 	free(got.key);
 	/* Forgetting one inode's attributes drops its entry, and only it. */
 	fcl_attr other = {.ino = 10, .vhash = 5};
+	oi.answered = fcl_meta_ticket(m);
 	fcl_meta_put_open(m, &other, &oi);
 	fcl_meta_forget_attr(m, 9);
 	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
