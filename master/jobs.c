@@ -467,6 +467,17 @@ static void mark_bad(struct job *j, uint64_t wid, uint64_t for_ms)
 	j->bad[slot].until_ms = cis_mono_ms() + for_ms;
 }
 
+/* Blocks per batch: LOAD_BATCH, or under a bandwidth cap at most one
+ * second of it (one block at least), so a load shorter than a batch is
+ * capped too (the cap allows one batch on credit). */
+static size_t batch_blocks(const struct job *j, uint64_t block_size)
+{
+	if (!j->bandwidth || !block_size)
+		return LOAD_BATCH;
+	uint64_t n = j->bandwidth / block_size;
+	return n < 1 ? 1 : n > LOAD_BATCH ? LOAD_BATCH : (size_t)n;
+}
+
 /* Append the task to worker wid's pending batch; a full batch goes on the
  * queue. Caller holds js->lock. */
 static int pend_task(struct job *j, uint64_t wid, const struct task *t)
@@ -499,7 +510,7 @@ static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 	}
 	struct batch *b = j->pending[i];
 	b->t[b->n++] = *t;
-	if (b->n == LOAD_BATCH) {
+	if (b->n >= batch_blocks(j, t->f->bs)) {
 		j->pending[i] = NULL;
 		if (j->qtail)
 			j->qtail->next = b;
