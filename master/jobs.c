@@ -267,6 +267,8 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 			j->state = i;
 	j->replicas = (uint32_t)json_integer_value(json_object_get(o, "replicas"));
 	j->parallel = (uint32_t)json_integer_value(json_object_get(o, "parallel"));
+	if (j->parallel == 0 || j->parallel > 256) /* a record's own; a queue bound needs one */
+		j->parallel = LOAD_PARALLEL;
 	j->bandwidth = (uint64_t)json_integer_value(json_object_get(o, "bandwidth"));
 	j->verify = json_is_true(json_object_get(o, "verify"));
 	j->metadata_only = json_is_true(json_object_get(o, "metadata_only"));
