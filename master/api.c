@@ -15,15 +15,19 @@
 
 const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", "id", NULL};
 
+/* The error's text names the path asked for, which need not be UTF-8:
+ * mst_json_text, so that the reply is still a JSON error ("s:s" made no
+ * object at all, and the client saw an empty body). */
 static int fail(json_t **out, int code, const cis_errmsg *em)
 {
-	*out = json_pack("{s:s, s:i}", "error", cis_errmsg_or(em, code), "code", code);
+	*out =
+	    json_pack("{s:o, s:i}", "error", mst_json_text(cis_errmsg_or(em, code)), "code", code);
 	return cis_http_status_of(code);
 }
 
 static int fail_msg(json_t **out, int status, const char *msg)
 {
-	*out = json_pack("{s:s}", "error", msg);
+	*out = json_pack("{s:o}", "error", mst_json_text(msg));
 	return status;
 }
 
@@ -232,7 +236,7 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 	}
 	if (dir->type != MST_DIR) {
 		/* ls of a file shows the file, as ls(1) does */
-		*out = json_pack("{s:s, s:[o], s:I, s:b}", "path", path, "entries",
+		*out = json_pack("{s:o, s:[o], s:I, s:b}", "path", mst_json_text(path), "entries",
 		                 inode_json(dir, path), "next_cookie", (json_int_t)0, "eof", 1);
 		status = 200;
 		goto out_dir;
@@ -260,8 +264,8 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 		free(p);
 	}
 	free(ents);
-	*out = json_pack("{s:s, s:o, s:I, s:b}", "path", path, "entries", arr, "next_cookie",
-	                 (json_int_t)next, "eof", eof);
+	*out = json_pack("{s:o, s:o, s:I, s:b}", "path", mst_json_text(path), "entries", arr,
+	                 "next_cookie", (json_int_t)next, "eof", eof);
 	status = 200;
 out_dir:
 	free(dir);
