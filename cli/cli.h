@@ -35,9 +35,10 @@ extern const cis_opt cli_json_opts[];
  * CLI_E_USAGE, 1 for any other negative code. */
 int cli_exit_status(int rc);
 
-/* Parse a command's flags (--help is handled here). Returns 0 with *cfg
- * (the caller frees it) when the command should go on; 0 with *cfg NULL
- * after --help printed the usage, when the command is done; CLI_E_USAGE,
+/* Parse a command's flags (--help and --version are handled here). Returns
+ * 0 with *cfg (the caller frees it) when the command should go on; 0 with
+ * *cfg NULL after --help printed the usage or --version the release, when
+ * the command is done; CLI_E_USAGE,
  * *cfg NULL, after printing a usage error. Callers:
  *	if ((rc = cli_parse(...)) || !cfg) return rc; */
 int cli_parse(const cis_opt *opts, const char *synopsis, int argc, char **argv, cis_config **cfg);
@@ -49,15 +50,47 @@ int cli_path_arg(const cis_config *cfg, size_t idx, const char *cmd, char **path
                  size_t what_len);
 
 /* cli_path_arg for a command that takes exactly one PATH; CLI_E_USAGE,
- * *path NULL, after "cistern: CMD: need PATH" when it got another count. */
+ * *path NULL, after "cistern: CMD: need PATH" (or "too many arguments")
+ * when it got another count. */
 int cli_one_path(const cis_config *cfg, const char *cmd, char **path, char *what, size_t what_len);
+
+/* 0 when cfg has at most max positional arguments, else CLI_E_USAGE after
+ * "cistern: CMD: too many arguments". */
+int cli_too_many(const cis_config *cfg, size_t max, const char *cmd);
+
+/* s as a number in [min, max]: decimal digits only (no sign, space or
+ * unit). 0, -EINVAL (not digits) or -ERANGE; nothing is printed. */
+int cli_parse_num(const char *s, long long min, long long max, long long *out);
+
+/* Whether s is valid UTF-8 (and so can be a JSON string). */
+bool cli_utf8(const char *s);
+
+/* 0 when path can travel in a JSON request body; CLI_E_USAGE after
+ * "cistern: CMD: PATH: not valid UTF-8" when it cannot. */
+int cli_check_path_utf8(const char *cmd, const char *path);
 
 /* Call the admin API: method on path, with ?path=QUERY_PATH (escaped) and
  * &EXTRA_QUERY appended when given. On success (2xx) returns 0 with *out
- * the body (the caller's). On failure prints "cistern: WHAT: ERROR" and
- * returns a negative code (never CLI_E_USAGE), *out NULL. */
+ * the body (the caller's). On failure prints "cistern: WHAT: ERROR" (ERROR
+ * without a "WHAT: " or "PATH: " it may start with, said once is enough)
+ * and returns a negative code (never CLI_E_USAGE), *out NULL. */
 int cli_api(cli_ctx *c, const char *method, const char *path, const char *query_path,
             const char *extra_query, const json_t *body, json_t **out, const char *what);
+
+/* cli_api with every knob. */
+typedef struct cli_call {
+	const char *method, *path, *query_path, *extra_query;
+	const json_t *body;
+	int timeout_ms; /* 0: 120 s */
+	bool quiet;     /* the error goes into err, not to stderr */
+	long *status;   /* if set, the HTTP status (0 when there was no reply) */
+} cli_call;
+
+/* As cli_api; with call->quiet the error ("WHAT: ERROR", without
+ * "cistern: ") is put in err instead of printed. A transport failure (no
+ * reply) returns the code of cis_http_call: -ECONNREFUSED, -ETIMEDOUT,
+ * -EHOSTUNREACH or -CIS_E_CLOSED. */
+int cli_api_call(cli_ctx *c, const cli_call *call, json_t **out, const char *what, cis_errmsg *err);
 
 /* Print j as indented JSON if json, else the formatted line. */
 void cli_print_reply(const json_t *j, bool json, const char *fmt, ...)

@@ -3,6 +3,7 @@
  * 127.0.0.1:19601. Commands live in a table; each group has its own file. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +61,11 @@ int cli_parse(const cis_opt *opts, const char *synopsis, int argc, char **argv, 
 {
 	cis_errmsg em = {{0}};
 	int rc = cis_config_load(cfg, opts, NULL, argc, argv, 1, &em);
-	if (rc == 1) {
-		cis_config_usage(opts, stdout, synopsis);
+	if (rc == 1 || rc == 2) {
+		if (rc == 1)
+			cis_config_usage(opts, stdout, synopsis);
+		else
+			cis_version_print("cistern", stdout);
 		cis_config_free(*cfg);
 		*cfg = NULL;
 		return 0;
@@ -90,8 +94,8 @@ int cli_path_arg(const cis_config *cfg, size_t idx, const char *cmd, char **path
 		return -ENOMEM;
 	}
 	cli_trim_path(*path);
-	if (what)
-		snprintf(what, what_len, "%s %s", cmd, *path);
+	if (what) /* an empty path shows as '' ("ls : empty path" read as a typo) */
+		snprintf(what, what_len, "%s %s", cmd, **path ? *path : "''");
 	return 0;
 }
 
@@ -99,10 +103,55 @@ int cli_one_path(const cis_config *cfg, const char *cmd, char **path, char *what
 {
 	*path = NULL;
 	if (cis_config_npos(cfg) != 1) {
-		fprintf(stderr, "cistern: %s: need PATH\n", cmd);
+		fprintf(stderr, "cistern: %s: %s\n", cmd,
+		        cis_config_npos(cfg) ? "too many arguments (one PATH)" : "need PATH");
 		return CLI_E_USAGE;
 	}
 	return cli_path_arg(cfg, 0, cmd, path, what, what_len);
+}
+
+int cli_too_many(const cis_config *cfg, size_t max, const char *cmd)
+{
+	if (cis_config_npos(cfg) <= max)
+		return 0;
+	fprintf(stderr, "cistern: %s: too many arguments (see cistern %s --help)\n", cmd, cmd);
+	return CLI_E_USAGE;
+}
+
+int cli_parse_num(const char *s, long long min, long long max, long long *out)
+{
+	long long v = 0;
+	if (!*s)
+		return -EINVAL;
+	/* digits only: strtoll would take " 2", "+2" and "-0", and stop at 2^63 */
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		if (v > (LLONG_MAX - (*p - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (*p - '0');
+	}
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+bool cli_utf8(const char *s)
+{
+	json_t *j = json_string(s); /* NULL for text that is not UTF-8 */
+	bool ok = j != NULL;
+	json_decref(j);
+	return ok;
+}
+
+int cli_check_path_utf8(const char *cmd, const char *path)
+{
+	if (cli_utf8(path))
+		return 0;
+	/* The request body is JSON, which cannot carry it. */
+	fprintf(stderr, "cistern: %s: %s: not valid UTF-8\n", cmd, path);
+	return CLI_E_USAGE;
 }
 
 /* path?path=ESCAPED[&extra] in *url (the caller frees it); 0 or -ENOMEM. */
@@ -119,37 +168,95 @@ static int path_query(const char *path, const char *query_path, const char *extr
 	return rc;
 }
 
-int cli_api(cli_ctx *c, const char *method, const char *path, const char *query_path,
-            const char *extra_query, const json_t *body, json_t **out, const char *what)
+/* How much of e to skip when it starts with the n bytes at subj and ": ";
+ * else 0. */
+static size_t subject_len(const char *e, const char *subj, size_t n)
+{
+	return n && !strncmp(e, subj, n) && e[n] == ':' && e[n + 1] == ' ' ? n + 2 : 0;
+}
+
+/* How much of a master's error text to skip because it repeats what the
+ * CLI puts before it ("pin /a: pin /a: ...", "ls /a: /a: ...", "load /a
+ * (job 7): job 7: ..."): what itself, the argument after the command's
+ * name, or what's trailing "(...)", then ": ". */
+static size_t repeated_subject(const char *e, const char *what)
+{
+	const char *arg = strchr(what, ' ');
+	const char *paren = strrchr(what, '(');
+	size_t wl = strlen(what), n = subject_len(e, what, wl);
+	if (!n && arg)
+		n = subject_len(e, arg + 1, strlen(arg + 1));
+	if (!n && paren && wl > 0 && what[wl - 1] == ')')
+		n = subject_len(e, paren + 1, (size_t)(what + wl - 1 - (paren + 1)));
+	return n;
+}
+
+/* An error of cli_api_call: into err when the call is quiet, else
+ * "cistern: TEXT" on stderr (whole: a path may be longer than err). */
+static void say(const cli_call *call, cis_errmsg *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(const cli_call *call, cis_errmsg *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (call->quiet) {
+		vsnprintf(err->text, sizeof(err->text), fmt, ap);
+	} else {
+		fputs("cistern: ", stderr);
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	}
+	va_end(ap);
+}
+
+int cli_api_call(cli_ctx *c, const cli_call *call, json_t **out, const char *what, cis_errmsg *err)
 {
 	char *url = NULL;
 	cis_errmsg em = {{0}};
 	long status = 0;
 	int rc;
 	*out = NULL;
-	if (query_path && path_query(path, query_path, extra_query, &url)) {
-		fprintf(stderr, "cistern: %s: out of memory\n", what);
+	if (call->query_path && path_query(call->path, call->query_path, call->extra_query, &url)) {
+		say(call, err, "%s: out of memory", what);
 		return -ENOMEM;
 	}
-	rc = cis_http_call(c->base, method, url ? url : path, body, 120000, &status, out, &em);
-	free(url);
+	rc = cis_http_call(c->base, call->method, url ? url : call->path, call->body,
+	                   call->timeout_ms ? call->timeout_ms : 120000, &status, out, &em);
 	if (rc) {
-		fprintf(stderr, "cistern: %s: %s\n", what, cis_errmsg_or(&em, rc));
+		say(call, err, "%s: %s", what, cis_errmsg_or(&em, rc));
 		/* a transport failure, never a usage error */
-		return rc == CLI_E_USAGE ? -CIS_E_INTERNAL : rc;
-	}
-	if (status < 200 || status > 299) {
+		rc = rc == CLI_E_USAGE ? -CIS_E_INTERNAL : rc;
+	} else if (status < 200 || status > 299) {
 		const char *e = *out ? json_string_value(json_object_get(*out, "error")) : NULL;
-		fprintf(stderr, "cistern: %s: %s\n", what, e ? e : "unexpected reply from master");
+		if (e)
+			say(call, err, "%s: %s", what, e + repeated_subject(e, what));
+		else /* not the master, or a proxy between */
+			say(call, err, "%s: unexpected reply from master (HTTP %ld to %s %s: %s)",
+			    what, status, call->method, url ? url : call->path,
+			    *out ? "no error text" : "not json");
 		json_decref(*out);
 		*out = NULL;
-		return -EREMOTEIO; /* the master said no */
+		rc = -EREMOTEIO; /* the master said no */
+	} else if (!*out) {
+		say(call, err, "%s: the master's reply was not json", what);
+		rc = -CIS_E_PARSE;
 	}
-	if (!*out) {
-		fprintf(stderr, "cistern: %s: the master's reply was not json\n", what);
-		return -CIS_E_PARSE;
-	}
-	return 0;
+	if (call->status)
+		*call->status = status;
+	free(url);
+	return rc;
+}
+
+int cli_api(cli_ctx *c, const char *method, const char *path, const char *query_path,
+            const char *extra_query, const json_t *body, json_t **out, const char *what)
+{
+	cis_errmsg em = {{0}};
+	cli_call call = {.method = method,
+	                 .path = path,
+	                 .query_path = query_path,
+	                 .extra_query = extra_query,
+	                 .body = body};
+	return cli_api_call(c, &call, out, what, &em);
 }
 
 void cli_print_json(const json_t *j)
@@ -180,7 +287,9 @@ int cli_get_and_print(cli_ctx *c, int argc, char **argv, const char *synopsis, c
 	int rc = cli_parse(cli_json_opts, synopsis, argc, argv, &cfg);
 	if (rc || !cfg)
 		return rc;
-	rc = cli_api(c, "GET", api_path, NULL, NULL, NULL, &out, argv[0]);
+	rc = cli_too_many(cfg, 0, argv[0]);
+	if (!rc)
+		rc = cli_api(c, "GET", api_path, NULL, NULL, NULL, &out, argv[0]);
 	if (!rc) {
 		if (cis_config_bool(cfg, "json"))
 			cli_print_json(out);
@@ -214,15 +323,15 @@ const char *cli_jstr(const json_t *o, const char *k)
 int main(int argc, char **argv)
 {
 	cli_ctx c;
-	const char *api = getenv("CISTERN_API");
+	const char *api = getenv("CISTERN_API"), *api_flag = NULL;
 	int i = 1;
 	cis_log_init("cistern", CIS_LOG_WARN);
 	while (i < argc && argv[i][0] == '-') {
 		if (!strcmp(argv[i], "--api") && i + 1 < argc) {
-			api = argv[i + 1];
+			api_flag = argv[i + 1];
 			i += 2;
 		} else if (!strncmp(argv[i], "--api=", 6)) {
-			api = argv[i] + 6;
+			api_flag = argv[i] + 6;
 			i++;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
@@ -239,7 +348,13 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!api || !*api)
+	if (api_flag && !*api_flag) { /* "--api=": a mistake, not the default */
+		fprintf(stderr, "cistern: --api: empty address (want HOST:PORT)\n");
+		return 2;
+	}
+	if (api_flag)
+		api = api_flag;
+	if (!api || !*api) /* CISTERN_API unset or empty */
 		api = "127.0.0.1:19601";
 	snprintf(c.base, sizeof(c.base), "%s%s", strncmp(api, "http", 4) ? "http://" : "", api);
 	for (size_t n = strlen(c.base); n > 0 && c.base[n - 1] == '/';)
