@@ -10,7 +10,10 @@
 static const cis_opt ls_opts[] = {
     {"long", NULL, NULL, "long format: type, mode, size, time", false, 'l'},
     {"recursive", NULL, NULL, "list directories below too", false, 'R'},
-    {"json", NULL, NULL, "print JSON (one document per directory)", false, 0},
+    {"json", NULL, NULL,
+     "print JSON: one document for the directory, all its entries; with -R an array of "
+     "them, one per directory",
+     false, 0},
     CIS_OPT_END,
 };
 
@@ -35,17 +38,41 @@ static void print_entry(const json_t *e, bool lng)
 	       json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
 }
 
-/* List one directory (all pages); with rec, the directories below it too.
+/* How ls prints: -l, -R, --json. With --json each directory is one
+ * document, all its pages gathered ({"path", "entries", "eof": true});
+ * with -R too they are the elements of one array, "[" and "]" around
+ * them, so that the whole output is one JSON document. */
+struct ls_how {
+	bool lng, rec, js;
+	bool first_doc; /* -R --json: no document printed yet (no "," before) */
+};
+
+static void print_dir_doc(json_t *doc, struct ls_how *how)
+{
+	char *s;
+	if (!how->rec) {
+		cli_print_json(doc);
+		return;
+	}
+	s = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS);
+	if (s)
+		printf("%s%s", how->first_doc ? "" : ",\n", s);
+	how->first_doc = false;
+	free(s);
+}
+
+/* List one directory (all pages); with -R, the directories below it too.
  * A directory that fails is reported and the rest is listed: the result
  * is the first failure, after everything else was listed. */
-static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, bool header)
+static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 {
 	uint64_t cookie = 0;
 	bool eof = false;
 	char what[4200], extra[64];
-	snprintf(what, sizeof(what), "ls %s", path);
+	snprintf(what, sizeof(what), "ls %s", *path ? path : "''");
 	char **subs = NULL;
 	size_t nsubs = 0;
+	json_t *doc = NULL; /* --json: the pages so far, as one */
 	int rc = 0;
 	if (header)
 		printf("\n%s:\n", path);
@@ -55,16 +82,14 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 		rc = cli_api(c, "GET", "/api/v1/ls", path, extra, NULL, &out, what);
 		if (rc)
 			break;
-		if (js)
-			cli_print_json(out);
 		size_t i;
-		json_t *e;
-		json_array_foreach(json_object_get(out, "entries"), i, e)
+		json_t *e, *ents = json_object_get(out, "entries");
+		json_array_foreach(ents, i, e)
 		{
-			if (!js)
-				print_entry(e, lng);
+			if (!how->js)
+				print_entry(e, how->lng);
 			const char *sub = json_string_value(json_object_get(e, "path"));
-			if (!rc && rec && sub && !strcmp(cli_jstr(e, "type"), "dir")) {
+			if (!rc && how->rec && sub && !strcmp(cli_jstr(e, "type"), "dir")) {
 				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
 				if (ns) {
 					subs = ns;
@@ -76,6 +101,14 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 					rc = -ENOMEM;
 				}
 			}
+		}
+		if (how->js && !rc) {
+			if (!doc)
+				doc = json_incref(out);
+			else if (json_array_extend(json_object_get(doc, "entries"), ents))
+				rc = -ENOMEM;
+			if (rc)
+				fprintf(stderr, "cistern: %s: out of memory\n", what);
 		}
 		uint64_t next = (uint64_t)cli_jint(out, "next_cookie");
 		eof = rc || json_is_true(json_object_get(out, "eof"));
@@ -93,8 +126,15 @@ static int ls_one(cli_ctx *c, const char *path, bool lng, bool rec, bool js, boo
 		cookie = next;
 		json_decref(out);
 	}
+	if (doc && !rc) {
+		/* the pages' bookkeeping means nothing in the whole */
+		json_object_del(doc, "next_cookie");
+		json_object_set_new(doc, "eof", json_true());
+		print_dir_doc(doc, how);
+	}
+	json_decref(doc);
 	for (size_t i = 0; i < nsubs; i++) {
-		int sub_rc = rc == -ENOMEM ? 0 : ls_one(c, subs[i], lng, rec, js, !js);
+		int sub_rc = rc == -ENOMEM ? 0 : ls_one(c, subs[i], how, !how->js);
 		if (!rc)
 			rc = sub_rc;
 		free(subs[i]);
@@ -107,9 +147,11 @@ int cli_cmd_ls(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
 	char *path;
-	int rc = cli_parse(ls_opts, "cistern ls [-l] [-R] [--json] PATH", argc, argv, &cfg);
+	int rc = cli_parse(ls_opts, "cistern ls [-l] [-R] [--json] [PATH]", argc, argv, &cfg);
 	if (rc || !cfg)
 		return rc;
+	if ((rc = cli_too_many(cfg, 1, "ls")))
+		goto out_cfg;
 	if (cis_config_npos(cfg)) {
 		rc = cli_path_arg(cfg, 0, "ls", &path, NULL, 0);
 	} else if (!(path = strdup("/"))) {
@@ -118,8 +160,15 @@ int cli_cmd_ls(cli_ctx *c, int argc, char **argv)
 	}
 	if (rc)
 		goto out_cfg;
-	rc = ls_one(c, path, cis_config_bool(cfg, "long"), cis_config_bool(cfg, "recursive"),
-	            cis_config_bool(cfg, "json"), false);
+	struct ls_how how = {.lng = cis_config_bool(cfg, "long"),
+	                     .rec = cis_config_bool(cfg, "recursive"),
+	                     .js = cis_config_bool(cfg, "json"),
+	                     .first_doc = true};
+	if (how.js && how.rec)
+		printf("[\n");
+	rc = ls_one(c, path, &how, false);
+	if (how.js && how.rec)
+		printf("%s]\n", how.first_doc ? "" : "\n");
 	free(path);
 out_cfg:
 	cis_config_free(cfg);
