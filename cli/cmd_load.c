@@ -1,9 +1,12 @@
 /* cistern load / jobs / job / free: jobs on the master. `load` and `free`
  * wait for their job and show progress (a bar on a terminal, a plain line
- * every few seconds otherwise) unless --detach. The CLI keeps only the
- * latest job record in memory, whatever the file count: the master sends
- * counts and at most a page of failures. */
+ * every few seconds otherwise) unless --detach; a master that cannot be
+ * reached while they wait is asked again for a minute (a restarted master
+ * resumes the job). The CLI keeps only the latest job record in memory,
+ * whatever the file count: the master sends counts and at most a page of
+ * failures. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,9 +82,10 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 		for (int i = 0; i < 30; i++)
 			bar[i] = i < fill ? '#' : '.';
 		bar[30] = 0;
-		printf(
-		    "\r[%s] %lld/%lld%s files  %s fetched of %s  %s/s  ETA %s  failed %lld\033[K",
-		    bar, files, seen, listed ? "" : "+", bs, ts, rs, eta, failed);
+		printf("\rjob %lld [%s] %lld/%lld%s files  %s fetched of %s  %s/s  ETA %s  failed "
+		       "%lld\033[K",
+		       cli_jint(j, "id"), bar, files, seen, listed ? "" : "+", bs, ts, rs, eta,
+		       failed);
 	} else {
 		printf("job %lld: %lld/%lld%s files, %s fetched, %s/s, ETA %s, %lld failed\n",
 		       cli_jint(j, "id"), files, seen, listed ? "" : "+", bs, rs, eta, failed);
@@ -167,23 +171,64 @@ static void note_short_replicas(cli_ctx *c, const json_t *j)
 /* How often wait_job asks: a job's end is seen at most this late (a
  * 2 GiB load takes about 5 s here; a 500 ms poll added 0.25 s on average). */
 #define WAIT_POLL_MS 100
+/* How long wait_job keeps asking while the master cannot be reached (a
+ * restart: the master resumes the job) before it gives up; each ask waits
+ * at most WAIT_ASK_MS for the answer. */
+#define WAIT_RETRY_MS 60000
+#define WAIT_ASK_MS   10000
 
-/* Poll the job until it ends. Returns 0, -EIO when the job failed, was
- * cancelled or left files unloaded (its summary says which), or cli_api's
- * code. */
-static int wait_job(cli_ctx *c, long long id, bool json)
+/* Whether a failed ask may succeed later: no answer at all (connection
+ * refused or reset, a timeout), or a proxy's "the master is not there". */
+static bool transient(int rc, long status)
 {
-	char q[64];
+	if (rc == -EREMOTEIO)
+		return status == 502 || status == 503 || status == 504;
+	return rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EHOSTUNREACH ||
+	       rc == -CIS_E_CLOSED;
+}
+
+/* Poll the job until it ends; what is "load /data/d3" (errors then say
+ * "load /data/d3 (job 26): ..."). Asks that get no answer are retried for
+ * WAIT_RETRY_MS. Returns 0, -EIO when the job failed, was cancelled or
+ * left files unloaded (its summary says which), or cli_api's code. */
+static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
+{
+	char q[64], jwhat[4300];
 	bool tty = !json && isatty(STDOUT_FILENO);
-	uint64_t start = cis_mono_ms(), last_line = 0;
+	uint64_t start = cis_mono_ms(), last_line = 0, failing_since = 0;
+	long status;
+	cli_call call = {.method = "GET",
+	                 .path = q,
+	                 .timeout_ms = WAIT_ASK_MS,
+	                 .quiet = true,
+	                 .status = &status};
 	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=100", id);
+	snprintf(jwhat, sizeof(jwhat), "%s (job %lld)", what, id);
 	for (;;) {
 		json_t *o;
-		int rc = cli_api(c, "GET", q, NULL, NULL, NULL, &o, "job");
-		if (rc)
-			return rc;
-		json_t *j = json_object_get(o, "job");
+		cis_errmsg em = {{0}};
+		int rc = cli_api_call(c, &call, &o, jwhat, &em);
 		uint64_t now = cis_mono_ms();
+		if (rc && transient(rc, status) &&
+		    (!failing_since || now - failing_since < WAIT_RETRY_MS)) {
+			if (!failing_since) {
+				if (tty)
+					printf("\n");
+				fprintf(stderr, "cistern: %s; retrying for up to %d s\n", em.text,
+				        WAIT_RETRY_MS / 1000);
+				failing_since = now;
+			}
+			cis_sleep_ms(500);
+			continue;
+		}
+		if (rc) {
+			if (tty)
+				printf("\n");
+			fprintf(stderr, "cistern: %s\n", em.text);
+			return rc;
+		}
+		failing_since = 0;
+		json_t *j = json_object_get(o, "job");
 		bool running = !strcmp(cli_jstr(j, "state"), "running");
 		if (!json && (now - last_line >= (tty ? 250 : 5000) || !running)) {
 			show_progress(j, (double)(now - start) / 1000.0, tty);
@@ -211,7 +256,12 @@ static int wait_job(cli_ctx *c, long long id, bool json)
 static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool json)
 {
 	json_t *out;
-	int rc = cli_api(c, "POST", "/api/v1/jobs", NULL, NULL, body, &out, what);
+	int rc;
+	if (!body) { /* the path was checked: only memory is left */
+		fprintf(stderr, "cistern: %s: out of memory\n", what);
+		return -ENOMEM;
+	}
+	rc = cli_api(c, "POST", "/api/v1/jobs", NULL, NULL, body, &out, what);
 	json_decref(body);
 	if (rc)
 		return rc;
@@ -224,16 +274,30 @@ static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool 
 			printf("%lld\n", id);
 		return 0;
 	}
-	return wait_job(c, id, json);
+	return wait_job(c, what, id, json);
+}
+
+/* Integer flag name (it has a default) in [min, max], digits only.
+ * Returns 0 or CLI_E_USAGE, reported. */
+static int num_flag(const cis_config *cfg, const char *cmd, const char *name, long long min,
+                    long long max, long long *out)
+{
+	const char *v = cis_config_str(cfg, name);
+	if (v && !cli_parse_num(v, min, max, out))
+		return 0;
+	fprintf(stderr, "cistern: %s: --%s %s: want a number in %lld..%lld\n", cmd, name,
+	        v ? v : "", min, max);
+	return CLI_E_USAGE;
 }
 
 int cli_cmd_load(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
-	cis_errmsg em = {{0}};
 	char *path, what[4200];
-	int64_t rep, par;
+	const char *bws;
+	long long rep, par;
 	uint64_t bw = 0;
+	int err = 0;
 	int rc = cli_parse(load_opts,
 	                   "cistern load PATH [--replicas N] [--parallel N] [--bandwidth RATE] "
 	                   "[--verify] [--metadata-only] [--detach] [--json]",
@@ -243,10 +307,20 @@ int cli_cmd_load(cli_ctx *c, int argc, char **argv)
 	rc = cli_one_path(cfg, "load", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
-	if (cis_config_int(cfg, "replicas", 1, 64, &rep, &em) ||
-	    cis_config_int(cfg, "parallel", 1, 256, &par, &em) ||
-	    (cis_config_str(cfg, "bandwidth") && cis_config_size(cfg, "bandwidth", &bw, &em))) {
-		fprintf(stderr, "cistern: load: %s\n", em.text);
+	if ((rc = cli_check_path_utf8("load", path)))
+		goto out_path;
+	if ((rc = num_flag(cfg, "load", "replicas", 1, 64, &rep)) ||
+	    (rc = num_flag(cfg, "load", "parallel", 1, 256, &par)))
+		goto out_path;
+	bws = cis_config_str(cfg, "bandwidth");
+	/* The master takes at most 2^63 - 1 (a JSON integer); "16000P" would
+	 * wrap to a negative one. */
+	if (bws && (err = cis_parse_size(bws, &bw)) == 0 && bw > INT64_MAX)
+		err = -ERANGE;
+	if (bws && err) {
+		fprintf(stderr, "cistern: load: --bandwidth %s: %s\n", bws,
+		        err == -ERANGE ? "too large (at most 8191P)"
+		                       : "not a rate in bytes per second (like 200M or 1G)");
 		rc = CLI_E_USAGE;
 		goto out_path;
 	}
@@ -272,8 +346,11 @@ int cli_cmd_free(cli_ctx *c, int argc, char **argv)
 	rc = cli_one_path(cfg, "free", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
+	if ((rc = cli_check_path_utf8("free", path)))
+		goto out_path;
 	json_t *body = json_pack("{s:s, s:s}", "type", "free", "path", path);
 	rc = submit(c, body, what, cis_config_bool(cfg, "detach"), cis_config_bool(cfg, "json"));
+out_path:
 	free(path);
 out_cfg:
 	cis_config_free(cfg);
@@ -303,13 +380,6 @@ int cli_cmd_jobs(cli_ctx *c, int argc, char **argv)
 	                         print_jobs);
 }
 
-static int parse_id(const char *s, long long *id)
-{
-	char *end;
-	*id = strtoll(s, &end, 10);
-	return *end || *id <= 0 ? -1 : 0;
-}
-
 int cli_cmd_job(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
@@ -319,19 +389,27 @@ int cli_cmd_job(cli_ctx *c, int argc, char **argv)
 		return rc;
 	size_t np = cis_config_npos(cfg);
 	bool cancel = np == 2 && !strcmp(cis_config_pos(cfg, 0), "cancel");
-	long long id;
-	int64_t limit;
-	cis_errmsg em = {{0}};
-	if ((np != 1 && !cancel) || parse_id(cis_config_pos(cfg, np - 1), &id)) {
+	long long id, limit;
+	if (np > 2 || (np == 2 && !cancel)) {
+		fprintf(stderr, "cistern: job: too many arguments (see cistern job --help)\n");
+		rc = CLI_E_USAGE;
+		goto out_cfg;
+	}
+	if (np == 0 || (np == 1 && !strcmp(cis_config_pos(cfg, 0), "cancel"))) {
 		fprintf(stderr, "cistern: job: need a job ID (or: cancel ID)\n");
 		rc = CLI_E_USAGE;
 		goto out_cfg;
 	}
-	if (cis_config_int(cfg, "limit", 0, 1000, &limit, &em)) {
-		fprintf(stderr, "cistern: job: %s\n", em.text);
+	/* digits only: ids are positive integers, and a number past 2^63 is
+	 * no job (strtoll made it 9223372036854775807) */
+	if (cli_parse_num(cis_config_pos(cfg, np - 1), 1, INT64_MAX, &id)) {
+		fprintf(stderr, "cistern: job: %s: not a job ID (digits, 1 or more)\n",
+		        cis_config_pos(cfg, np - 1));
 		rc = CLI_E_USAGE;
 		goto out_cfg;
 	}
+	if ((rc = num_flag(cfg, "job", "limit", 0, 1000, &limit)))
+		goto out_cfg;
 	json_t *o;
 	char what[64];
 	snprintf(what, sizeof(what), "job %lld", id);
