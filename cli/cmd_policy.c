@@ -1,5 +1,7 @@
 /* cistern setrep / pin / unpin / ttl: per-path policies on the master,
  * inherited by everything below the path. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,12 @@ static const cis_opt setrep_opts[] = {
 static int post_policy(cli_ctx *c, cis_config *cfg, json_t *body, const char *what)
 {
 	json_t *out;
-	int rc = cli_api(c, "POST", "/api/v1/policy", NULL, NULL, body, &out, what);
+	int rc;
+	if (!body) { /* the path was checked: only memory is left */
+		fprintf(stderr, "cistern: %s: out of memory\n", what);
+		return -ENOMEM;
+	}
+	rc = cli_api(c, "POST", "/api/v1/policy", NULL, NULL, body, &out, what);
 	json_decref(body);
 	if (rc)
 		return rc;
@@ -41,22 +48,31 @@ static int post_policy(cli_ctx *c, cis_config *cfg, json_t *body, const char *wh
 }
 
 /* PATH (the first of want positional arguments) in *path and "CMD PATH" in
- * what. Returns 0, CLI_E_USAGE or -ENOMEM, each failure reported. */
+ * what; PATH goes in a JSON body, so it must be UTF-8. Returns 0,
+ * CLI_E_USAGE or -ENOMEM, each failure reported. */
 static int one_path(const cis_config *cfg, size_t want, const char *cmd, char **path, char *what,
                     size_t what_len)
 {
+	int rc;
 	*path = NULL;
 	if (cis_config_npos(cfg) != want) {
-		fprintf(stderr, "cistern: %s: wrong arguments (see cistern %s --help)\n", cmd, cmd);
+		fprintf(stderr, "cistern: %s: %s (see cistern %s --help)\n", cmd,
+		        cis_config_npos(cfg) > want ? "too many arguments" : "wrong arguments",
+		        cmd);
 		return CLI_E_USAGE;
 	}
-	return cli_path_arg(cfg, 0, cmd, path, what, what_len);
+	rc = cli_path_arg(cfg, 0, cmd, path, what, what_len);
+	if (!rc && (rc = cli_check_path_utf8(cmd, *path))) {
+		free(*path);
+		*path = NULL;
+	}
+	return rc;
 }
 
 int cli_cmd_setrep(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
-	char *path, *end, what[4200];
+	char *path, what[4200];
 	long long n;
 	int rc = cli_parse(setrep_opts, "cistern setrep PATH N [-R]", argc, argv, &cfg);
 	if (rc || !cfg)
@@ -64,8 +80,7 @@ int cli_cmd_setrep(cli_ctx *c, int argc, char **argv)
 	rc = one_path(cfg, 2, "setrep", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
-	n = strtoll(cis_config_pos(cfg, 1), &end, 10);
-	if (*end || n < 1 || n > 64) {
+	if (cli_parse_num(cis_config_pos(cfg, 1), 1, 64, &n)) {
 		fprintf(stderr, "cistern: setrep: N must be 1..64\n");
 		rc = CLI_E_USAGE;
 		goto out_path;
@@ -111,8 +126,8 @@ int cli_cmd_unpin(cli_ctx *c, int argc, char **argv)
 int cli_cmd_ttl(cli_ctx *c, int argc, char **argv)
 {
 	cis_config *cfg;
-	char *path, *end = NULL, what[4200];
-	long long n;
+	char *path, what[4200];
+	long long n = 0;
 	int rc = cli_parse(cli_json_opts, "cistern ttl PATH SECONDS|off", argc, argv, &cfg);
 	if (rc || !cfg)
 		return rc;
@@ -121,9 +136,8 @@ int cli_cmd_ttl(cli_ctx *c, int argc, char **argv)
 		goto out_cfg;
 	const char *v = cis_config_pos(cfg, 1);
 	bool off = !strcmp(v, "off");
-	n = off ? 0 : strtoll(v, &end, 10);
-	if (!off && (*end || n < 1)) {
-		fprintf(stderr, "cistern: ttl: want SECONDS (> 0) or off\n");
+	if (!off && cli_parse_num(v, 1, INT64_MAX, &n)) {
+		fprintf(stderr, "cistern: ttl: %s: want SECONDS (digits, > 0) or off\n", v);
 		rc = CLI_E_USAGE;
 		goto out_path;
 	}

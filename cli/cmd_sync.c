@@ -1,4 +1,5 @@
 /* cistern sync: re-list from the store now. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,15 @@ int cli_cmd_sync(cli_ctx *c, int argc, char **argv)
 	rc = cli_one_path(cfg, "sync", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
+	if ((rc = cli_check_path_utf8("sync", path)))
+		goto out_path;
 	body =
 	    json_pack("{s:s, s:b}", "path", path, "recursive", cis_config_bool(cfg, "recursive"));
+	if (!body) { /* the path was checked: only memory is left */
+		fprintf(stderr, "cistern: %s: out of memory\n", what);
+		rc = -ENOMEM;
+		goto out_path;
+	}
 	rc = cli_api(c, "POST", "/api/v1/sync", NULL, NULL, body, &out, what);
 	json_decref(body);
 	if (!rc) {
@@ -32,6 +40,7 @@ int cli_cmd_sync(cli_ctx *c, int argc, char **argv)
 		                cli_jint(out, "dirs_synced"));
 		json_decref(out);
 	}
+out_path:
 	free(path);
 out_cfg:
 	cis_config_free(cfg);
