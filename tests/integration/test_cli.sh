@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The cistern CLI's own checks, against a real master (file:// mounts, no
+# workers) and a fake one (a small Python server) for what a master seldom
+# does: restart under a waiting `load`, answer something that is not JSON.
+# Usage errors exit 2 and name the flag or argument; nothing is dropped or
+# rounded without a word.
+source "$CIS_SRC/tests/integration/lib/common.sh"
+
+MASTER=$CIS_BUILD/master/cistern-master
+CLI=$CIS_BUILD/cli/cistern
+[ -x "$MASTER" ] && [ -x "$CLI" ] || fail "build cistern-master and cistern first"
+
+RPC=$(free_port)
+HTTP=$(free_port)
+export CISTERN_API=127.0.0.1:$HTTP
+"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$RPC" --http-port "$HTTP" \
+	--list-ahead 0 >>"$CIS_TMP/master.log" 2>&1 &
+MPID=$!
+cis_on_exit "kill -9 $MPID"
+wait_for 20 curl -fsS "http://127.0.0.1:$HTTP/healthz"
+
+# run_cli ARGS...: $out (stdout and stderr) and $rc of one CLI run.
+run_cli() {
+	rc=0
+	out=$("$CLI" "$@" 2>&1) || rc=$?
+}
+
+# usage_error WHAT NEEDLE ARGS...: the CLI exits 2 saying NEEDLE.
+usage_error() {
+	local what=$1 needle=$2
+	shift 2
+	run_cli "$@"
+	assert_eq "$rc" 2 "$what: exit status (output: $out)"
+	assert_contains "$out" "$needle" "$what"
+}
+
+STORE=$CIS_TMP/store
+mkdir -p "$STORE/d3/sub" "$STORE/big"
+echo x >"$STORE/d3/a.txt"
+echo y >"$STORE/d3/sub/b.txt"
+(cd "$STORE/big" && seq -f 'f%04g' 2500 | xargs touch)
+run_cli mount /data "file://$STORE"
+assert_eq "$rc" 0 "mount /data: $out"
+
+# ---- --version after a command ----
+for cmd in ls mounts load; do
+	run_cli "$cmd" --version
+	assert_eq "$rc" 0 "cistern $cmd --version: exit status (output: $out)"
+	[[ "$out" =~ ^cistern\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "cistern $cmd --version: '$out'"
+done
+
+# ---- an empty --api is refused, not the default ----
+usage_error "--api=" "--api: empty address" --api= mounts
+usage_error "--api ''" "--api: empty address" --api "" mounts
+
+# ---- mount options that JSON cannot carry are refused, never dropped ----
+SECRET_BYTES=$'s3cr\xffet'
+usage_error "-o non-UTF-8" "--option fsync: the value is not valid UTF-8" \
+	mount /m5 "file://$STORE" -o "fsync=$SECRET_BYTES"
+assert_not_contains "$out" "s3cr" "a refused option's value is not shown"
+export CIS_BAD_VAR=$SECRET_BYTES
+usage_error "--option-env non-UTF-8" "--option-env secret_key: the value is not valid UTF-8" \
+	mount /m5 "file://$STORE" --option-env secret_key=CIS_BAD_VAR
+assert_not_contains "$out" "s3cr" "a refused option's value is not shown"
+usage_error "a 200-byte option key" "the key is over 127 bytes" \
+	mount /m5 "file://$STORE" -o "$(printf 'k%.0s' $(seq 200))=v"
+assert_not_contains "$("$CLI" mounts)" "/m5" "a refused mount was made"
+
+# ---- flag values checked by the CLI, naming the flag ----
+usage_error "--sync-interval 5x" "--sync-interval 5x: not a duration" \
+	mount /m6 "file://$STORE" --sync-interval 5x
+usage_error "--block-size 4X" "--block-size 4X: not a size" \
+	mount /m6 "file://$STORE" --block-size 4X
+usage_error "--block-size 1K" "--block-size 1K: out of range" \
+	mount /m6 "file://$STORE" --block-size 1K
+usage_error "--bandwidth 16000P" "--bandwidth 16000P: too large" load /data/d3 --bandwidth 16000P
+usage_error "--bandwidth 5q" "--bandwidth 5q: not a rate" load /data/d3 --bandwidth 5q
+usage_error "--replicas ' 2'" "--replicas  2: want a number" load /data/d3 --replicas " 2"
+assert_not_contains "$("$CLI" mounts)" "/m6" "a refused mount was made"
+
+# ---- mounts shows exact values ----
+mkdir -p "$CIS_TMP/s500" "$CIS_TMP/s1500"
+run_cli mount /s500 "file://$CIS_TMP/s500" --sync-interval 500ms --block-size 4097
+assert_eq "$rc" 0 "mount /s500: $out"
+run_cli mount /s1500 "file://$CIS_TMP/s1500" --sync-interval 1500ms --block-size 1536K
+assert_eq "$rc" 0 "mount /s1500: $out"
+out=$("$CLI" mounts)
+assert_contains "$out" "block_size=4097 B sync=500ms" "500 ms and 4097 bytes, not 0s and 4.0 KiB"
+assert_contains "$out" "block_size=1.5 MiB sync=1500ms" "1500 ms, not 1s"
+assert_contains "$(printf '%s\n' "$out" | grep '^/data ')" "block_size=4.0 MiB sync=300s" \
+	"the defaults as before"
+
+# ---- ls --json: one document per directory, -R one document ----
+"$CLI" ls --json /data/big >"$CIS_TMP/ls.json" || fail "ls --json /data/big"
+python3 - "$CIS_TMP/ls.json" <<'PY' || fail "ls --json: not one document of 2500 entries"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["path"] == "/data/big" and d["eof"] is True, d.keys()
+assert len(d["entries"]) == 2500, len(d["entries"])
+assert len({e["name"] for e in d["entries"]}) == 2500
+PY
+"$CLI" ls -R --json /data/d3 >"$CIS_TMP/lsr.json" || fail "ls -R --json /data/d3"
+python3 - "$CIS_TMP/lsr.json" <<'PY' || fail "ls -R --json: not one array of directory documents"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [x["path"] for x in d] == ["/data/d3", "/data/d3/sub"], d
+assert sorted(e["name"] for e in d[0]["entries"]) == ["a.txt", "sub"]
+assert [e["name"] for e in d[1]["entries"]] == ["b.txt"]
+PY
+
+# ---- extra arguments are refused ----
+usage_error "ls /a /b" "ls: too many arguments" ls /data/d3 /data/big
+usage_error "jobs foo bar" "jobs: too many arguments" jobs foo bar
+usage_error "report extra" "report: too many arguments" report extra
+usage_error "stat /a /b" "stat: too many arguments" stat /data/d3 /data/big
+usage_error "mount P U X" "mount: too many arguments" mount /x "file://$STORE" extra
+usage_error "job 1 2" "job: too many arguments" job 1 2
+
+# ---- job ids and counts: digits only, in range ----
+usage_error "job 2^66" "99999999999999999999: not a job ID" job 99999999999999999999
+usage_error "job ' 2'" "not a job ID" job " 2"
+usage_error "job +2" "+2: not a job ID" job +2
+usage_error "job cancel 0" "0: not a job ID" job cancel 0
+usage_error "setrep P ' 3'" "setrep: N must be 1..64" setrep /data " 3"
+usage_error "ttl P +5" "ttl: +5: want SECONDS" ttl /data +5
+usage_error "job --limit 0x10" "--limit 0x10: want a number" job 1 --limit 0x10
+
+# ---- paths that are not UTF-8 ----
+BAD=$'/data/\xff'
+for cmd in "pin" "unpin" "load" "free" "sync" "setrep 2" "ttl 60"; do
+	set -- $cmd
+	usage_error "$1 non-UTF-8" "$1: $BAD: not valid UTF-8" "$1" "$BAD" "${@:2}"
+done
+usage_error "mount non-UTF-8" "mount: $BAD: not valid UTF-8" mount "$BAD" "file://$STORE"
+usage_error "mount non-UTF-8 uri" "not valid UTF-8" mount /m7 "file://$STORE/"$'\xff'
+# In a query it can go, and the master's error about it is still JSON.
+run_cli stat "$BAD"
+assert_eq "$rc" 1 "stat of a missing non-UTF-8 path: $out"
+assert_contains "$out" "no such file or directory" "the master's error, not 'unexpected reply'"
+assert_not_contains "$out" "unexpected reply" "stat non-UTF-8"
+
+# ---- errors say their subject once ----
+run_cli job cancel 999
+assert_eq "$rc" 1 "job cancel 999: $out"
+assert_contains "$out" "cistern: job 999: " "job cancel 999"
+assert_not_contains "$out" "job 999: job 999" "job cancel 999"
+run_cli pin /data/d3
+assert_eq "$rc" 1 "pin /data/d3 with no cache: $out"
+assert_contains "$out" "cistern: pin /data/d3: " "pin /data/d3"
+assert_not_contains "$out" "pin /data/d3: pin /data/d3" "pin /data/d3"
+run_cli ls ""
+assert_contains "$out" "cistern: ls '': " "an empty path is quoted"
+
+# ---- a fake master: restarts under `load`, answers that are not JSON ----
+FPORT=$(free_port)
+cat >"$CIS_TMP/fake.py" <<'PY'
+# fake.py PORT MODE: "running" (a job that runs), "done" (it ended),
+# "gone" (no such job), "html" (a proxy's error page for everything).
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, mode = int(sys.argv[1]), sys.argv[2]
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, code, body, ctype="application/json"):
+        b = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def job(self, state):
+        return json.dumps({"job": {"id": 26, "type": "load", "path": "/data/d3",
+            "state": state, "listing_done": True, "files_seen": 2,
+            "counts": {"files": 2 if state == "done" else 1, "files_failed": 0},
+            "failures": []}})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if mode == "html":
+            return self.reply(502, "<html>bad gateway</html>", "text/html")
+        self.reply(200, json.dumps({"job": {"id": 26}}))
+    def do_GET(self):
+        if mode == "html":
+            return self.reply(502, "<html>bad gateway</html>", "text/html")
+        if mode == "gone":
+            return self.reply(404, json.dumps({"error": "job 26: no such job"}))
+        self.reply(200, self.job(mode))
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+start_fake() {
+	python3 "$CIS_TMP/fake.py" "$FPORT" "$1" &
+	FPID=$!
+	cis_on_exit "kill $FPID"
+	wait_for 10 curl -sS -o /dev/null "http://127.0.0.1:$FPORT/api/v1/job"
+}
+start_fake running
+"$CLI" --api "127.0.0.1:$FPORT" load /data/d3 >"$CIS_TMP/load.out" 2>&1 &
+LPID=$!
+sleep 1
+kill_pid "$FPID" # the master goes away for 2 s, then comes back with the job done
+sleep 2
+kill -0 "$LPID" 2>/dev/null || fail "load gave up while the master was away: $(cat "$CIS_TMP/load.out")"
+start_fake done
+lrc=0
+wait "$LPID" || lrc=$?
+assert_eq "$lrc" 0 "load across a master restart: $(cat "$CIS_TMP/load.out")"
+assert_contains "$(cat "$CIS_TMP/load.out")" "load /data/d3 (job 26): cannot reach master" \
+	"the wait says which job it waits for"
+assert_contains "$(cat "$CIS_TMP/load.out")" "job 26 load /data/d3: done" "the summary"
+kill_pid "$FPID"
+
+start_fake gone
+run_cli --api "127.0.0.1:$FPORT" load /data/d3
+assert_eq "$rc" 1 "load of a job that went away: $out"
+assert_contains "$out" "cistern: load /data/d3 (job 26): no such job" "the job is named once"
+kill_pid "$FPID"
+
+start_fake html
+run_cli --api "127.0.0.1:$FPORT" report
+assert_eq "$rc" 1 "report from a proxy's error page: $out"
+assert_contains "$out" "unexpected reply from master (HTTP 502 to GET /api/v1/report" \
+	"the status and the request"
+kill_pid "$FPID"
+
+kill "$MPID"
+wait "$MPID" 2>/dev/null || true
+log "test_cli: ok"
