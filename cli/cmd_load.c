@@ -196,7 +196,7 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 	char q[64], jwhat[4300];
 	bool tty = !json && isatty(STDOUT_FILENO);
 	uint64_t start = cis_mono_ms(), last_line = 0, failing_since = 0;
-	long status;
+	long status = 0;
 	cli_call call = {.method = "GET",
 	                 .path = q,
 	                 .timeout_ms = WAIT_ASK_MS,
