@@ -45,6 +45,29 @@ json_t *mst_json_text(const char *s)
 	return v;
 }
 
+int mst_json_set_text(json_t *o, const char *key, const char *s)
+{
+	char hk[64];
+	if (json_object_set_new(o, key, mst_json_text(s)))
+		return -ENOMEM;
+	snprintf(hk, sizeof(hk), "%s_hex", key);
+	json_t *v = json_string(s);
+	if (v) { /* UTF-8: the text is exact */
+		json_decref(v);
+		json_object_del(o, hk);
+		return 0;
+	}
+	size_t n = strlen(s);
+	char *hex = malloc(2 * n + 1);
+	if (!hex)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)s[i]);
+	int rc = json_object_set_new(o, hk, json_string(hex));
+	free(hex);
+	return rc ? -ENOMEM : 0;
+}
+
 static json_t *inode_json(const mst_inode *i, const char *path)
 {
 	bool link = i->type == MST_LINK;
@@ -625,8 +648,13 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		mst_repl_kick(m);
 	mst_policy p;
 	mst_policy_resolve(m, path, &p);
-	*out = json_pack("{s:s, s:o, s:o}", "path", path, "policy", policy_json(&p), "job",
+	/* the path the link led to may be any bytes (a file:// store's names) */
+	*out = json_pack("{s:o, s:o}", "policy", policy_json(&p), "job",
 	                 job ? json_integer((json_int_t)job) : json_null());
+	if (*out && mst_json_set_text(*out, "path", path)) {
+		json_decref(*out);
+		*out = NULL;
+	}
 	return 200;
 }
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,

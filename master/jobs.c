@@ -1286,23 +1286,24 @@ static int sum_pinned(void *arg, const char *path, const mst_inode *f)
  * and the pinned paths no other pinned path contains, nor `adding`. */
 static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n)
 {
-	json_t *all = mst_policies_json(m);
-	size_t i, cnt = 0;
-	json_t *p;
-	const char **cand = calloc(json_array_size(all) + 1, sizeof(*cand));
+	char **pinned;
+	size_t np;
+	/* the stored paths themselves (any bytes), not their JSON listing */
+	int err = mst_policies_pinned(m, &pinned, &np);
+	if (err)
+		return err;
+	size_t cnt = 0;
+	const char **cand = calloc(np + 1, sizeof(*cand));
 	if (!cand) {
-		json_decref(all);
+		mst_strv_free(pinned, np);
 		return -ENOMEM;
 	}
 	cand[cnt++] = adding;
-	json_array_foreach(all, i, p)
-	{
-		if (json_is_true(json_object_get(p, "pin")))
-			cand[cnt++] = json_string_value(json_object_get(p, "path"));
-	}
+	for (size_t i = 0; i < np; i++)
+		cand[cnt++] = pinned[i];
 	*roots = calloc(cnt, sizeof(char *));
 	*n = 0;
-	int err = *roots ? 0 : -ENOMEM;
+	err = *roots ? 0 : -ENOMEM;
 	for (size_t a = 0; a < cnt && !err; a++) {
 		bool inside = false;
 		for (size_t b = a ? 1 : cnt; b < cnt && !inside; b++)
@@ -1317,7 +1318,7 @@ static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n
 		*roots = NULL;
 	}
 	free(cand);
-	json_decref(all);
+	mst_strv_free(pinned, np);
 	return err;
 }
 

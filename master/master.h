@@ -267,10 +267,14 @@ int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out);
  * replication targets are removed so the whole subtree follows path. */
 int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
                       bool clear_below, cis_errmsg *em);
+/* The stored policies for the API: each its own fields, "path" as text and
+ * "path_hex" when the path is not UTF-8; NULL without memory. */
 json_t *mst_policies_json(mst_master *m);
-/* Paths with their own replication target (malloc'd strings in a malloc'd
- * array; free with mst_strv_free). */
+/* Paths with their own replication target (malloc'd strings, any bytes
+ * but NUL, in a malloc'd NULL-terminated array; free with mst_strv_free). */
 int mst_policies_with_replicas(mst_master *m, char ***paths, size_t *n);
+/* Paths with their own pin: true, as mst_policies_with_replicas. */
+int mst_policies_pinned(mst_master *m, char ***paths, size_t *n);
 void mst_strv_free(char **v, size_t n);
 
 /* walk.c: depth-first walk of the files below a path, in name order (each
@@ -380,6 +384,9 @@ int mst_api_handle(mst_master *m, const char *method, const char *path, const ci
 /* s as a JSON string; one that is not UTF-8 (a file:// store's names may be
  * any bytes, and JSON strings may not) with its bytes over 0x7f as '?'. */
 json_t *mst_json_text(const char *s);
+/* o[key] = mst_json_text(s), and o[key + "_hex"] = s's bytes in hex when s
+ * is not UTF-8 (so a client can still name it exactly); -ENOMEM or 0. */
+int mst_json_set_text(json_t *o, const char *key, const char *s);
 /* The query parameter names mst_api_handle reads. */
 extern const char *const mst_api_query_names[];
 

@@ -162,28 +162,70 @@ out_txn:
 	return 0;
 }
 
-json_t *mst_policies_json(mst_master *m)
+/* A stored key as a path, malloc'd, or NULL for one that cannot be a path
+ * (empty, or a NUL inside: never stored by mst_policy_update, skipped in
+ * case an older or damaged database has one). Keys are the path's bytes,
+ * any bytes but NUL: a policy set through a link has its target's path,
+ * which a file:// store's names make anything, UTF-8 or not. */
+static char *key_path(const MDB_val *k)
 {
-	json_t *arr = json_array();
+	if (k->mv_size == 0 || memchr(k->mv_data, 0, k->mv_size))
+		return NULL;
+	char *p = malloc(k->mv_size + 1);
+	if (p) {
+		memcpy(p, k->mv_data, k->mv_size);
+		p[k->mv_size] = 0;
+	}
+	return p;
+}
+
+/* Calls fn(arg, path, policy) for each stored policy in key order; path and
+ * policy are the callee's to borrow only. fn returns 0 to go on, else that
+ * is returned. Entries that are no path or no JSON object are skipped. */
+static int policies_each(mst_master *m, int (*fn)(void *, const char *, json_t *), void *arg)
+{
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	MDB_val k, v;
-	if (mst_txn_begin(m, false, &txn))
-		return arr;
-	if (mdb_cursor_open(txn, m->dbi_policies, &cur) == 0) {
-		int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-		while (rc == 0) {
-			json_t *o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
-			if (json_is_object(o)) {
-				json_object_set_new(o, "path", json_stringn(k.mv_data, k.mv_size));
-				json_array_append(arr, o);
-			}
-			json_decref(o);
-			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-		}
-		mdb_cursor_close(cur);
+	int err = mst_txn_begin(m, false, &txn);
+	if (err)
+		return err;
+	if (mdb_cursor_open(txn, m->dbi_policies, &cur) != 0) {
+		mdb_txn_abort(txn);
+		return -CIS_E_INTERNAL;
 	}
+	int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+	while (rc == 0 && !err) {
+		char *path = key_path(&k);
+		json_t *o = path ? json_loadb(v.mv_data, v.mv_size, 0, NULL) : NULL;
+		if (json_is_object(o))
+			err = fn(arg, path, o);
+		json_decref(o);
+		free(path);
+		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
+	return err;
+}
+
+static int list_one(void *arg, const char *path, json_t *o)
+{
+	json_t *arr = arg;
+	/* "path" as text ('?' for bytes that are not UTF-8), and "path_hex"
+	 * with its exact bytes when it is not UTF-8 */
+	if (mst_json_set_text(o, "path", path) || json_array_append(arr, o))
+		return -ENOMEM;
+	return 0;
+}
+
+json_t *mst_policies_json(mst_master *m)
+{
+	json_t *arr = json_array();
+	if (arr && policies_each(m, list_one, arr) == -ENOMEM) {
+		json_decref(arr);
+		return NULL;
+	}
 	return arr;
 }
 
@@ -194,29 +236,54 @@ void mst_strv_free(char **v, size_t n)
 	free(v);
 }
 
+struct strv {
+	char **v;
+	size_t n, cap;
+	const char *field; /* collect the paths setting this */
+};
+
+static int collect_path(void *arg, const char *path, json_t *o)
+{
+	struct strv *sv = arg;
+	json_t *f = json_object_get(o, sv->field);
+	if (!(json_is_true(f) || (json_is_integer(f) && json_integer_value(f) > 0)))
+		return 0;
+	if (sv->n + 1 >= sv->cap) {
+		size_t cap = sv->cap ? 2 * sv->cap : 16;
+		char **v = realloc(sv->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		sv->v = v;
+		sv->cap = cap;
+	}
+	if (!(sv->v[sv->n] = strdup(path)))
+		return -ENOMEM;
+	sv->v[++sv->n] = NULL;
+	return 0;
+}
+
+/* The paths whose own policy sets field to true or a positive number. */
+static int policies_setting(mst_master *m, const char *field, char ***paths, size_t *n)
+{
+	struct strv sv = {.field = field};
+	int err = policies_each(m, collect_path, &sv);
+	if (!err && !sv.v && !(sv.v = calloc(1, sizeof(char *))))
+		err = -ENOMEM;
+	if (err) {
+		mst_strv_free(sv.v, sv.n);
+		return err;
+	}
+	*paths = sv.v;
+	*n = sv.n;
+	return 0;
+}
+
 int mst_policies_with_replicas(mst_master *m, char ***paths, size_t *n)
 {
-	json_t *all = mst_policies_json(m);
-	size_t i, cnt = 0;
-	json_t *p;
-	*paths = calloc(json_array_size(all) + 1, sizeof(char *));
-	if (!*paths) {
-		json_decref(all);
-		return -ENOMEM;
-	}
-	json_array_foreach(all, i, p)
-	{
-		if (json_integer_value(json_object_get(p, "replicas")) > 0) {
-			char *s = strdup(json_string_value(json_object_get(p, "path")));
-			if (!s) {
-				mst_strv_free(*paths, cnt);
-				json_decref(all);
-				return -ENOMEM;
-			}
-			(*paths)[cnt++] = s;
-		}
-	}
-	*n = cnt;
-	json_decref(all);
-	return 0;
+	return policies_setting(m, "replicas", paths, n);
+}
+
+int mst_policies_pinned(mst_master *m, char ***paths, size_t *n)
+{
+	return policies_setting(m, "pin", paths, n);
 }

@@ -1396,3 +1396,49 @@ Test(jobs, cached_blocks_cost_no_bandwidth)
 	cis_rpc_server_stop(srv);
 	open_master();
 }
+
+/* A policy set through a link has the target's path, which a file:// store
+ * may name with any bytes: it is kept, listed ("path" with '?', and
+ * "path_hex"), and used by replication and pin checks as it is, also after
+ * a restart (a policy whose path is not UTF-8 used to crash the
+ * replication thread and every later pin). */
+Test(jobs, policy_on_a_path_not_utf8_is_listed_and_used)
+{
+	char dir[sizeof(store) + 8], link[sizeof(store) + 8];
+	snprintf(dir, sizeof(dir), "%s/caf\xe9", store);
+	snprintf(link, sizeof(link), "%s/latest", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, "f", "abc");
+	cr_assert_eq(symlink("caf\xe9", link), 0);
+	fake_worker(100);
+	json_t *o = NULL;
+	cr_assert_eq(api("POST", "/api/v1/policy", NULL,
+	                 "{\"path\": \"/m/latest\", \"replicas\": 2, \"pin\": true}", &o),
+	             200);
+	cr_assert_str_eq(str(o, "path"), "/m/caf?");
+	cr_assert_str_eq(str(o, "path_hex"), "2f6d2f636166e9");
+	json_decref(o);
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(api("GET", "/api/v1/policies", NULL, NULL, &o), 200);
+		json_t *ps = json_object_get(o, "policies");
+		cr_assert_eq(json_array_size(ps), 1 + round, "and /m/a.txt's pin");
+		json_t *p = json_array_get(ps, round); /* in bytewise order */
+		cr_assert_str_eq(str(p, "path"), "/m/caf?");
+		cr_assert_str_eq(str(p, "path_hex"), "2f6d2f636166e9");
+		cr_assert_eq(json_integer_value(json_object_get(p, "replicas")), 2);
+		json_decref(o);
+		char **paths;
+		size_t n;
+		cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
+		cr_assert_eq(n, 1);
+		cr_assert_str_eq(paths[0], "/m/caf\xe9");
+		mst_strv_free(paths, n);
+		cr_assert_eq(mst_repl_scan(m, NULL, NULL), 0);
+		cr_assert_eq(pin_api(round ? "/m/b.txt" : "/m/a.txt", true, NULL, 0), 200,
+		             "a pin counts the pinned path that is not UTF-8");
+		/* as stored: the master opens its LMDB with the policy in it */
+		mst_close(m);
+		open_master();
+		fake_worker(100);
+	}
+}
