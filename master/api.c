@@ -15,9 +15,8 @@
 
 const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", "id", NULL};
 
-/* The error's text names the path asked for, which need not be UTF-8:
- * mst_json_text, so that the reply is still a JSON error ("s:s" made no
- * object at all, and the client saw an empty body). */
+/* Error texts often name a path, which may be any bytes: mst_json_text
+ * (defined below) keeps them JSON. */
 static int fail(json_t **out, int code, const cis_errmsg *em)
 {
 	*out =
@@ -29,6 +28,16 @@ static int fail_msg(json_t **out, int status, const char *msg)
 {
 	*out = json_pack("{s:o}", "error", mst_json_text(msg));
 	return status;
+}
+
+/* o[key] = text as mst_json_set_text sets it; on failure o is dropped. */
+static json_t *with_text(json_t *o, const char *key, const char *text)
+{
+	if (o && mst_json_set_text(o, key, text)) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 json_t *mst_json_text(const char *s)
@@ -71,24 +80,18 @@ int mst_json_set_text(json_t *o, const char *key, const char *s)
 static json_t *inode_json(const mst_inode *i, const char *path)
 {
 	bool link = i->type == MST_LINK;
-	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:s, s:I, s:o, s:b}",
+	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:o, s:b}",
 	                      "inode", (json_int_t)i->id, "parent", (json_int_t)i->parent, "name",
 	                      mst_json_text(i->name), "path", mst_json_text(path), "type",
 	                      i->type == MST_DIR ? "dir"
 	                      : link             ? "link"
 	                                         : "file",
 	                      "size", (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns,
-	                      "mode", (json_int_t)i->mode, "version", i->version, "mount_id",
-	                      (json_int_t)i->mount_id, "key", mst_json_text(link ? "" : i->key),
-	                      "mount_point", i->mount_point);
-	/* A text that is not UTF-8 cannot be a JSON string: null, the entry kept. */
-	json_t *target = link ? json_string(i->link_target) : NULL;
-	if (j && link &&
-	    json_object_set_new(j, "link_target", target ? target : json_null()) != 0) {
-		json_decref(j);
-		return NULL;
-	}
-	return j;
+	                      "mode", (json_int_t)i->mode, "version", mst_json_text(i->version),
+	                      "mount_id", (json_int_t)i->mount_id, "key",
+	                      mst_json_text(link ? "" : i->key), "mount_point", i->mount_point);
+	/* A text that is not UTF-8 shows with '?', exactly in link_target_hex. */
+	return link ? with_text(j, "link_target", i->link_target) : j;
 }
 
 /* A path from a query parameter or a JSON field, checked. */
@@ -225,7 +228,7 @@ static int api_mounts_delete(mst_master *m, const cis_kvlist *q, json_t *body, j
 		err = mst_mount_remove(m, path, &em);
 	if (err)
 		return fail(out, err, &em);
-	*out = json_pack("{s:s}", "removed", path);
+	*out = with_text(json_object(), "removed", path);
 	return 200;
 }
 
@@ -259,8 +262,9 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 	}
 	if (dir->type != MST_DIR) {
 		/* ls of a file shows the file, as ls(1) does */
-		*out = json_pack("{s:o, s:[o], s:I, s:b}", "path", mst_json_text(path), "entries",
-		                 inode_json(dir, path), "next_cookie", (json_int_t)0, "eof", 1);
+		*out = with_text(json_pack("{s:[o], s:I, s:b}", "entries", inode_json(dir, path),
+		                           "next_cookie", (json_int_t)0, "eof", 1),
+		                 "path", path);
 		status = 200;
 		goto out_dir;
 	}
@@ -287,8 +291,9 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 		free(p);
 	}
 	free(ents);
-	*out = json_pack("{s:o, s:o, s:I, s:b}", "path", mst_json_text(path), "entries", arr,
-	                 "next_cookie", (json_int_t)next, "eof", eof);
+	*out = with_text(json_pack("{s:o, s:I, s:b}", "entries", arr, "next_cookie",
+	                           (json_int_t)next, "eof", eof),
+	                 "path", path);
 	status = 200;
 out_dir:
 	free(dir);
@@ -350,8 +355,8 @@ static int api_sync(mst_master *m, const cis_kvlist *q, json_t *body, json_t **o
 	err = mst_ns_sync(m, path, rec, &dirs, &em);
 	if (err)
 		return fail(out, err, &em);
-	*out = json_pack("{s:s, s:b, s:I}", "path", path, "recursive", rec, "dirs_synced",
-	                 (json_int_t)dirs);
+	*out = with_text(json_pack("{s:b, s:I}", "recursive", rec, "dirs_synced", (json_int_t)dirs),
+	                 "path", path);
 	return 200;
 }
 
@@ -649,12 +654,9 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	mst_policy p;
 	mst_policy_resolve(m, path, &p);
 	/* the path the link led to may be any bytes (a file:// store's names) */
-	*out = json_pack("{s:o, s:o}", "policy", policy_json(&p), "job",
-	                 job ? json_integer((json_int_t)job) : json_null());
-	if (*out && mst_json_set_text(*out, "path", path)) {
-		json_decref(*out);
-		*out = NULL;
-	}
+	*out = with_text(json_pack("{s:o, s:o}", "policy", policy_json(&p), "job",
+	                           job ? json_integer((json_int_t)job) : json_null()),
+	                 "path", path);
 	return 200;
 }
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,

@@ -170,6 +170,14 @@ static void reply_error_v(cis_http_req *r, int status, const char *fmt, va_list 
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	o = json_pack("{s:s}", "error", msg);
+	if (!o) {
+		/* Not UTF-8 (a request path's bytes, or cut short mid-character):
+		 * JSON strings must be, so those bytes show as '?'. */
+		for (char *c = msg; *c; c++)
+			if ((unsigned char)*c >= 0x80)
+				*c = '?';
+		o = json_pack("{s:s}", "error", msg);
+	}
 	cis_http_reply_json(r, status, o);
 }
 

@@ -921,3 +921,65 @@ Test(master, api_redacts_credentials_and_checks_input)
 	json_decref(out);
 	cis_kvlist_free(&q);
 }
+
+/* GET or POST path with query path=qpath: the status; the reply in *out. */
+static int api_path(const char *method, const char *path, const char *qpath, json_t **out)
+{
+	cis_kvlist q = CIS_KVLIST_INIT;
+	cis_kvlist_set(&q, "path", qpath);
+	json_t *body = !strcmp(method, "POST") ? json_object() : NULL;
+	int st = mst_api_handle(m, method, path, &q, body, out);
+	json_decref(body);
+	cis_kvlist_free(&q);
+	return st;
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+/* A file:// store's names may be any bytes, JSON strings only UTF-8: every
+ * reply that echoes such a path or text, errors included, has it with '?'
+ * (and its exact bytes in *_hex), never a 500 or an empty "{}". */
+Test(master, replies_echo_names_not_utf8)
+{
+	cis_errmsg em = {{0}};
+	json_t *out;
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/caf\xe9", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, "f", "abc");
+	link_in_store("odd", "caf\xe9");
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+
+	cr_assert_eq(api_path("GET", "/api/v1/ls", "/data/caf\xe9", &out), 200);
+	cr_assert_str_eq(jstr(out, "path"), "/data/caf?");
+	cr_assert_str_eq(jstr(out, "path_hex"), "2f646174612f636166e9");
+	cr_assert_eq(json_array_size(json_object_get(out, "entries")), 1);
+	json_decref(out);
+	cr_assert_eq(api_path("GET", "/api/v1/ls", "/data/caf\xe9/f", &out), 200, "a file");
+	cr_assert_str_eq(jstr(out, "path"), "/data/caf?/f");
+	json_decref(out);
+
+	cr_assert_eq(api_path("GET", "/api/v1/stat", "/data/odd", &out), 200);
+	cr_assert_str_eq(jstr(out, "link_target"), "caf?");
+	cr_assert_str_eq(jstr(out, "link_target_hex"), "636166e9");
+	json_decref(out);
+	cr_assert_eq(api_path("GET", "/api/v1/stat", "/data/a.txt", &out), 200);
+	cr_assert_null(json_object_get(out, "path_hex"), "UTF-8 is exact already");
+	json_decref(out);
+
+	cr_assert_eq(api_path("POST", "/api/v1/sync", "/data/caf\xe9", &out), 200);
+	cr_assert_str_eq(jstr(out, "path"), "/data/caf?");
+	json_decref(out);
+
+	cr_assert_eq(api_path("GET", "/api/v1/stat", "/data/caf\xe9/nope", &out), 404);
+	cr_assert(jstr(out, "error") && strstr(jstr(out, "error"), "caf?"), "%s",
+	          jstr(out, "error") ?: "no error text");
+	json_decref(out);
+	cr_assert_eq(api_path("GET", "/api/v1/stat", "\xff", &out), 400);
+	cr_assert(jstr(out, "error") && strstr(jstr(out, "error"), "?"), "%s",
+	          jstr(out, "error") ?: "no error text");
+	json_decref(out);
+}
