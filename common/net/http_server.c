@@ -409,6 +409,17 @@ static void dispatch_routes(cis_http_server *s, cis_http_req *r)
 	cis_http_reply_error(r, 405, "%s %s: method not allowed", r->method, r->path);
 }
 
+/* Whether no name or value of the query decodes to a NUL byte (%00). */
+static bool query_ok(const char *raw)
+{
+	size_t len = 0;
+	char *d = evhttp_uridecode(raw, 1, &len);
+	bool ok = d && strlen(d) == len;
+
+	free(d);
+	return ok;
+}
+
 static void dispatch(struct evhttp_request *er, void *arg)
 {
 	cis_http_server *s = arg;
@@ -434,6 +445,12 @@ static void dispatch(struct evhttp_request *er, void *arg)
 		goto out;
 	}
 	r.raw_query = uri ? evhttp_uri_get_query(uri) : NULL;
+	if (r.raw_query && !query_ok(r.raw_query)) {
+		/* evhttp_parse_query_str decodes %00 and handlers read values as C
+		 * strings: "path=/m1%00garbage" would name /m1 */
+		cis_http_reply_error(&r, 400, "malformed query: a value contains a nul byte");
+		goto out;
+	}
 	if (!serve_builtin(s, &r))
 		dispatch_routes(s, &r);
 out:

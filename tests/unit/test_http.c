@@ -187,6 +187,8 @@ Test(http, not_found_and_method_not_allowed)
 	assert_error_body(call("OPTIONS", "/api/v1/echo", NULL, 405), "method not allowed");
 	assert_error_body(call("TRACE", "/api/v1/echo", NULL, 405), "method not allowed");
 	assert_error_body(call("GET", "/api/v1/jobs/%00x", NULL, 400), "malformed");
+	/* a value decoded as a C string would be cut at the NUL */
+	assert_error_body(call("GET", "/api/v1/echo?path=/m1%00garbage", NULL, 400), "nul byte");
 	/* a path that is not UTF-8 is named with '?' (it was a 500) */
 	assert_error_body(call("GET", "/caf%e9", NULL, 404), "/caf?: not found");
 }
