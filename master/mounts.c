@@ -237,6 +237,10 @@ int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id_out, cis_e
 	if (bs < 4096 || bs > (1ull << 30))
 		return cis_fail(em, -EINVAL, "block size %llu out of range (4 KiB .. 1 GiB)",
 		                (unsigned long long)bs);
+	if (r->sync_interval_ms > MST_SYNC_MAX_MS)
+		return cis_fail(em, -EINVAL,
+		                "sync interval %lld ms out of range (at most 100 years)",
+		                (long long)r->sync_interval_ms);
 
 	mt = calloc(1, sizeof(*mt));
 	if (!mt)

@@ -100,6 +100,10 @@ static bool is_stale(const mst_inode *dir, const mst_mount *mt, int64_t now)
 		return true;
 	if (mt->sync_interval_ms == 0)
 		return false;
+	/* An interval whose ns overflow an int64 (longer than 292 years: mounts
+	 * kept before intervals were bounded) is never over. */
+	if (mt->sync_interval_ms > (uint64_t)INT64_MAX / 1000000)
+		return false;
 	return now - dir->listed_ns > (int64_t)mt->sync_interval_ms * 1000000;
 }
 

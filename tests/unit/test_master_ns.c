@@ -983,3 +983,37 @@ Test(master, replies_echo_names_not_utf8)
 	          jstr(out, "error") ?: "no error text");
 	json_decref(out);
 }
+
+static int post_mount(const char *path, const char *sync_interval_json)
+{
+	char body[700];
+	snprintf(body, sizeof(body),
+	         "{\"path\": \"%s\", \"uri\": \"file://%s\", \"sync_interval\": %s}", path, store,
+	         sync_interval_json);
+	json_t *b = json_loads(body, 0, NULL), *out = NULL;
+	cr_assert(b, "%s", body);
+	int st = mst_api_handle(m, "POST", "/api/v1/mounts", NULL, b, &out);
+	json_decref(b);
+	json_decref(out);
+	return st;
+}
+
+/* A sync interval is at most 100 years: a longer one overflowed (seconds
+ * times 1000 into the default; ms times 10^6 into a negative age limit, so
+ * every lookup listed the store again). */
+Test(master, sync_interval_is_bounded_and_never_overflows)
+{
+	cr_assert_eq(post_mount("/a", "9223372036854775807"), 400);
+	cr_assert_eq(post_mount("/a", "10000000000"), 400, "317 years in seconds");
+	cr_assert_eq(post_mount("/a", "\"200000d\""), 400);
+	cr_assert_eq(post_mount("/a", "-1"), 400);
+	cr_assert_eq(post_mount("/a", "\"36500d\""), 201);
+	cis_errmsg em = {{0}};
+	mst_inode i;
+	cr_assert_eq(mst_ns_resolve(m, "/a/sub/c.bin", &i, &em), 0, "%s", em.text);
+	uint64_t lists = cis_counter_get(m->c_store_lists);
+	/* as a mount kept before intervals were bounded may have it */
+	m->mounts[0]->sync_interval_ms = 200000ull * 86400 * 1000;
+	cr_assert_eq(mst_ns_resolve(m, "/a/sub/c.bin", &i, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_counter_get(m->c_store_lists), lists, "listed again");
+}
