@@ -637,9 +637,11 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	path = real;
 	uint64_t job = 0;
 	pthread_mutex_lock(&m->policy_lock);
-	if (jp) {
-		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path};
-		/* pin: the capacity check comes first, before the policy is kept */
+	/* The capacity check comes first, before the policy is kept: a pin, and
+	 * more copies of pinned data, with both of this request's settings. */
+	err = mst_pin_check(m, path, jp ? pin : -1, jr ? (int64_t)rep : -1, rec && jr, &em);
+	if (!err && jp) {
+		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path, .pin_checked = true};
 		err = mst_job_submit_locked(m, &r, &job, &em);
 	}
 	if (!err)

@@ -1254,16 +1254,22 @@ static int job_start(struct mst_jobs *js, struct job *j)
 	return 0;
 }
 
-/* The bytes a set of pins holds in the cache: each file's size times its
- * replicas, for every file whose effective policy pins it once `adding`
- * is pinned too. Below `adding`, a nearer setting of its own (an unpin of
- * a subdirectory) still wins. */
+/* The bytes the pins hold in the cache: each pinned file's size times its
+ * replicas, now and once a change is made: path's pin setting becomes
+ * pin_val (pinning it adds it as a root), and/or its replication target
+ * becomes rep (with rep_clear_below, also below it). Below the path a
+ * nearer setting of its own (an unpin of a subdirectory, a target of its
+ * own) still wins. */
 struct pin_sum {
 	mst_master *m;
-	const char *adding;
-	size_t adding_len;
-	bool skip_adding; /* walking another root: adding's files are counted apart */
-	uint64_t bytes;
+	const char *adding; /* a path being pinned, or NULL */
+	bool skip_adding;   /* walking another root: adding's files are counted apart */
+	const char *path;   /* the path changed */
+	size_t path_len;
+	int pin_val;          /* its new pin setting: 1, 0, or < 0 unchanged */
+	uint32_t rep;         /* its new replication target; 0 unchanged */
+	bool rep_clear_below; /* the targets below it dropped */
+	uint64_t before, after;
 };
 
 static int sum_pinned(void *arg, const char *path, const mst_inode *f)
@@ -1273,17 +1279,25 @@ static int sum_pinned(void *arg, const char *path, const mst_inode *f)
 		return 0; /* counted by the walk of the new pin itself */
 	mst_policy pol;
 	mst_policy_resolve(s->m, path, &pol);
-	bool pinned = pol.pin == 1;
-	if (path_within(s->adding, path) && (pol.pin < 0 || pol.pin_from <= s->adding_len))
-		pinned = true;
+	bool pinned = pol.pin == 1, pinned_after = pinned;
+	uint32_t rep = pol.replicas ? pol.replicas : 1, rep_after = rep;
+	if (path_within(s->path, path)) {
+		if (s->pin_val >= 0 && (pol.pin < 0 || pol.pin_from <= s->path_len))
+			pinned_after = s->pin_val == 1;
+		if (s->rep && (s->rep_clear_below || pol.replicas_from <= s->path_len))
+			rep_after = s->rep;
+	}
 	if (pinned)
-		s->bytes += f->size * (pol.replicas ? pol.replicas : 1);
+		s->before += f->size * rep;
+	if (pinned_after)
+		s->after += f->size * rep_after;
 	return 0;
 }
 
 /* The roots to walk so that every pinned file is counted once: `adding`
- * (first, walked listing the store, files below it counted there only),
- * and the pinned paths no other pinned path contains, nor `adding`. */
+ * when not NULL (first, walked listing the store, files below it counted
+ * there only), and the pinned paths no other pinned path contains, nor
+ * `adding`. */
 static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n)
 {
 	char **pinned;
@@ -1292,24 +1306,25 @@ static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n
 	int err = mst_policies_pinned(m, &pinned, &np);
 	if (err)
 		return err;
-	size_t cnt = 0;
+	size_t cnt = 0, first = adding ? 1 : 0; /* the stored pins start at first */
 	const char **cand = calloc(np + 1, sizeof(*cand));
 	if (!cand) {
 		mst_strv_free(pinned, np);
 		return -ENOMEM;
 	}
-	cand[cnt++] = adding;
+	if (adding)
+		cand[cnt++] = adding;
 	for (size_t i = 0; i < np; i++)
 		cand[cnt++] = pinned[i];
-	*roots = calloc(cnt, sizeof(char *));
+	*roots = calloc(cnt + 1, sizeof(char *));
 	*n = 0;
 	err = *roots ? 0 : -ENOMEM;
 	for (size_t a = 0; a < cnt && !err; a++) {
 		bool inside = false;
-		for (size_t b = a ? 1 : cnt; b < cnt && !inside; b++)
+		for (size_t b = first; a >= first && b < cnt && !inside; b++)
 			inside = b != a && path_within(cand[b], cand[a]) &&
 			         (strcmp(cand[a], cand[b]) || b < a);
-		inside = inside || (a && path_within(adding, cand[a]));
+		inside = inside || (a >= first && adding && path_within(adding, cand[a]));
 		if (!inside && !((*roots)[(*n)++] = strdup(cand[a])))
 			err = -ENOMEM;
 	}
@@ -1323,20 +1338,30 @@ static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n
 }
 
 /* Pins larger than the cache can hold would make eviction impossible:
- * refuse a pin that would take what is pinned already past the cache's
- * capacity (the sum over all workers). */
-static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
+ * refuse a change that would take what is pinned past the cache's
+ * capacity (the sum over all workers), unless it pins no more than before
+ * (an unpin, a lower target: allowed even where workers have left). */
+int mst_pin_check(mst_master *m, const char *path, int pin, int64_t replicas, bool clear_below,
+                  cis_errmsg *em)
 {
-	struct pin_sum s = {.m = m, .adding = path, .adding_len = strlen(path)};
+	struct pin_sum s = {.m = m,
+	                    .adding = pin == 1 ? path : NULL,
+	                    .path = path,
+	                    .path_len = strlen(path),
+	                    .pin_val = pin,
+	                    .rep = replicas > 0 ? (uint32_t)replicas : 0,
+	                    .rep_clear_below = clear_below};
 	char **roots;
 	size_t n;
-	int err = pin_roots(m, path, &roots, &n);
+	if (pin != 1 && s.rep == 0)
+		return 0; /* pins nothing more */
+	int err = pin_roots(m, s.adding, &roots, &n);
 	if (err)
 		return cis_fail(em, err, "pin %s: %s", path, cis_strerror(err));
 	for (size_t i = 0; i < n && !err; i++) {
 		/* a new pin's directories may not be listed yet; older pins' are */
-		bool adding = i == 0; /* pin_roots puts it first */
-		s.skip_adding = !adding;
+		bool adding = i == 0 && s.adding; /* pin_roots puts it first */
+		s.skip_adding = s.adding && !adding;
 		err = mst_walk(m, roots[i], adding, sum_pinned, NULL, &s, em);
 		if (err == -ENOENT && !adding) /* an older pin's data is gone: it holds nothing */
 			err = 0;
@@ -1351,14 +1376,14 @@ static int pin_check(mst_master *m, const char *path, cis_errmsg *em)
 	json_array_foreach(json_object_get(w, "workers"), i, v) cap +=
 	    (uint64_t)json_integer_value(json_object_get(v, "capacity"));
 	json_decref(w);
-	if (s.bytes > cap) {
+	if (s.after > cap && s.after > s.before) {
 		char need[32], have[32];
-		cis_fmt_size(s.bytes, need, sizeof(need));
+		cis_fmt_size(s.after, need, sizeof(need));
 		cis_fmt_size(cap, have, sizeof(have));
 		return cis_fail(em, -ENOSPC,
-		                "pin %s: the pinned data would be %s (replicas counted), more than "
+		                "%s %s: the pinned data would be %s (replicas counted), more than "
 		                "the cache's %s",
-		                path, need, have);
+		                pin == 1 ? "pin" : "replicas of", path, need, have);
 	}
 	return 0;
 }
@@ -1377,16 +1402,19 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	err = mst_ns_realpath(m, r->path, true, path, NULL, em);
 	if (err)
 		return err;
-	if (!strcmp(r->type, "pin")) {
-		err = pin_check(m, path, em);
+	if (!strcmp(r->type, "pin") && !r->pin_checked) {
+		err = mst_pin_check(m, path, 1, -1, false, em);
 		if (err)
 			return err;
 	}
 	mst_policy pol;
 	mst_policy_resolve(m, path, &pol);
 	if (!strcmp(r->type, "load") && r->replicas > 1 && pol.replicas != r->replicas) {
-		/* the target the replication manager keeps from now on */
-		err = mst_policy_update(m, path, r->replicas, -1, -2, false, em);
+		/* the target the replication manager keeps from now on: more
+		 * copies of pinned data must fit the cache too */
+		err = mst_pin_check(m, path, -1, r->replicas, false, em);
+		if (!err)
+			err = mst_policy_update(m, path, r->replicas, -1, -2, false, em);
 		if (err)
 			return err;
 	}

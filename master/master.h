@@ -329,6 +329,7 @@ typedef struct mst_job_req {
 	uint32_t parallel;  /* batches in flight; 0: LOAD_PARALLEL (16) */
 	uint64_t bandwidth; /* bytes/s; 0: unlimited */
 	bool verify, metadata_only, pin;
+	bool pin_checked; /* pin: the caller ran mst_pin_check (policy_lock held since) */
 } mst_job_req;
 int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
 /* Resume the jobs LMDB says were running (call once the RPC server runs,
@@ -339,6 +340,14 @@ int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg
 /* The same with m->policy_lock already held (a policy change that submits a
  * job with it). */
 int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg *em);
+/* Whether everything pinned still fits the cache (the live workers' total
+ * capacity) once path (a real path) has the pin setting pin (< 0: kept) and
+ * the replication target replicas (<= 0: kept; clear_below: also below
+ * it): 0, or -ENOSPC with the sizes in em. A change that pins no more bytes
+ * than now passes. O(pinned files): a walk of LMDB, listing the store below
+ * a new pin. Caller holds m->policy_lock. */
+int mst_pin_check(mst_master *m, const char *path, int pin, int64_t replicas, bool clear_below,
+                  cis_errmsg *em);
 /* The job's record (live counters while it runs); NULL if unknown. */
 json_t *mst_job_json(mst_master *m, uint64_t id, size_t max_failures);
 json_t *mst_jobs_json(mst_master *m);

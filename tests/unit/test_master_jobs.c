@@ -1442,3 +1442,53 @@ Test(jobs, policy_on_a_path_not_utf8_is_listed_and_used)
 		fake_worker(100);
 	}
 }
+
+/* POST /api/v1/policy with body: the status. */
+static int post_policy(const char *body)
+{
+	json_t *o = NULL;
+	int st = api("POST", "/api/v1/policy", NULL, body, &o);
+	json_decref(o);
+	return st;
+}
+
+/* More copies of pinned data take more of the cache: raising a pinned
+ * path's replicas (on it or above it) is checked as a pin is, and a pin
+ * with replicas in one request is checked with those replicas (it was
+ * checked with the old target, and a target change alone not at all). */
+Test(jobs, replicas_of_pinned_data_must_fit_the_cache)
+{
+	fake_worker(10); /* a.txt 5, b.txt 6 bytes */
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": true, \"replicas\": 2}"), 507,
+	             "12 bytes pinned into 10");
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"replicas\": 2}"), 200, "not pinned");
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": true}"), 507, "6 x 2");
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": true, \"replicas\": 1}"), 200,
+	             "6 x 1, checked with the replicas asked for");
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"replicas\": 2}"), 507);
+	cr_assert_eq(post_policy("{\"path\": \"/m\", \"replicas\": 2}"), 200,
+	             "b.txt's own target stays 1");
+	char msg[300];
+	cis_errmsg em = {{0}};
+	json_t *o = NULL;
+	cr_assert_eq(api("POST", "/api/v1/policy", NULL,
+	                 "{\"path\": \"/m\", \"replicas\": 2, \"recursive\": true}", &o),
+	             507, "recursive: b.txt follows /m");
+	snprintf(msg, sizeof(msg), "%s", str(o, "error") ?: "");
+	json_decref(o);
+	cr_assert(strstr(msg, "/m: the pinned data would be 12 B"), "%s", msg);
+	mst_policy p;
+	mst_policy_resolve(m, "/m/b.txt", &p);
+	cr_assert_eq(p.replicas, 1, "refused changes are not kept");
+	/* a load with replicas sets the target too */
+	uint64_t id;
+	mst_job_req r = {.type = "load", .path = "/m/b.txt", .replicas = 3};
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), -ENOSPC);
+	mst_policy_resolve(m, "/m/b.txt", &p);
+	cr_assert_eq(p.replicas, 1);
+	/* fewer copies, or an unpin, always pass: here with no worker left */
+	mst_close(m);
+	open_master();
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"replicas\": 1}"), 200);
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": false, \"replicas\": 5}"), 200);
+}
