@@ -512,6 +512,13 @@ static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
 	r.type = jt ? json_string_value(jt) : "load";
 	if (!r.type)
 		return fail_msg(out, 400, "\"type\" must be a string");
+	/* A pin job alone would pin blocks with no pin policy kept: later
+	 * capacity checks would not count them, nor loads pin what they fetch. */
+	if (!strcmp(r.type, "pin") || !strcmp(r.type, "unpin"))
+		return fail_msg(
+		    out, 400,
+		    "pin and unpin are set with POST /api/v1/policy {\"path\", \"pin\": "
+		    "true|false}, which starts the job");
 	if ((st = get_u64(body, "replicas", 64, &rep, out)) ||
 	    (st = get_u64(body, "parallel", 256, &par, out)) ||
 	    (st = get_u64(body, "bandwidth", UINT64_MAX / 2, &bw, out)) ||

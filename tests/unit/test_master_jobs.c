@@ -426,6 +426,9 @@ Test(jobs, api_checks_input)
 	} while (0)
 	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{}");
 	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"type\": \"bogus\"}");
+	/* a pin job with no pin policy kept: capacity checks would not count it */
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"type\": \"pin\"}");
+	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"type\": \"unpin\"}");
 	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replicas\": 0}");
 	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replicas\": 99}");
 	EXPECT(400, "POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"verify\": 3}");
