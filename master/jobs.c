@@ -1599,9 +1599,11 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 {
 	struct mst_jobs *js = m->jobs;
 	int err = cis_fail(em, -ENOENT, "job %llu: no such running job", (unsigned long long)id);
+	bool found = false;
 	pthread_mutex_lock(&js->lock);
 	for (struct job *j = js->list; j; j = j->next)
 		if (j->id == id) {
+			found = true;
 			if (j->state != JOB_RUNNING) {
 				err = cis_fail(em, -EINVAL, "job %llu is already %s",
 				               (unsigned long long)id, state_names[j->state]);
@@ -1617,6 +1619,15 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 			}
 		}
 	pthread_mutex_unlock(&js->lock);
+	if (!found) {
+		/* finished jobs leave memory: their record says how they ended */
+		json_t *o = record_get(m, id);
+		const char *st = json_string_value(json_object_get(o, "state"));
+		if (st && strcmp(st, state_names[JOB_RUNNING]))
+			err = cis_fail(em, -EINVAL, "job %llu is already %s",
+			               (unsigned long long)id, st);
+		json_decref(o);
+	}
 	return err;
 }
 

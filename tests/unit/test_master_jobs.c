@@ -811,6 +811,13 @@ Test(jobs, finished_jobs_leave_memory_not_the_records)
 	json_t *all = mst_jobs_json(m);
 	cr_assert_eq(json_array_size(all), 80);
 	json_decref(all);
+	/* a cancel is refused as for a job still in memory: 400, not 404 */
+	char body[64];
+	snprintf(body, sizeof(body), "{\"id\": %llu}", (unsigned long long)first);
+	json_t *o = NULL;
+	cr_assert_eq(api("POST", "/api/v1/job/cancel", NULL, body, &o), 400);
+	cr_assert(strstr(str(o, "error") ?: "", "is already done"), "%s", str(o, "error"));
+	json_decref(o);
 }
 
 /* A worker that takes requests and never answers. */
