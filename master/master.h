@@ -268,6 +268,9 @@ int mst_policy_resolve(mst_master *m, const char *path, mst_policy *out);
  * replication targets are removed so the whole subtree follows path. */
 int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
                       bool clear_below, cis_errmsg *em);
+/* Drop the policies of path (no trailing slash) and of everything below it,
+ * in txn (an unmount: what is mounted there next starts with none). */
+int mst_policies_drop(mst_master *m, MDB_txn *txn, const char *path);
 /* The stored policies for the API: each its own fields, "path" as text and
  * "path_hex" when the path is not UTF-8; NULL without memory. */
 json_t *mst_policies_json(mst_master *m);

@@ -488,6 +488,10 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 	int rc = mdb_del(txn, m->dbi_mounts, &k, NULL);
 	if (rc && rc != MDB_NOTFOUND)
 		err = -CIS_E_INTERNAL;
+	/* the policies were for this store's data, not for whatever is
+	 * mounted there next */
+	if (!err)
+		err = mst_policies_drop(m, txn, mt->path);
 	if (!err && mt->root_ino == MST_ROOT_INO) {
 		/* "/" stays; what the store put under it goes. */
 		mst_inode *root = malloc(sizeof(*root));

@@ -80,6 +80,27 @@ static int put_json(mst_master *m, MDB_txn *txn, const char *path, size_t len, j
 	return rc == MDB_MAP_FULL ? -ENOSPC : rc ? -CIS_E_INTERNAL : 0;
 }
 
+int mst_policies_drop(mst_master *m, MDB_txn *txn, const char *path)
+{
+	size_t len = strlen(path);
+	MDB_cursor *cur;
+	MDB_val k = {len, (void *)path}, v;
+	if (mdb_cursor_open(txn, m->dbi_policies, &cur))
+		return -CIS_E_INTERNAL;
+	int err = 0, rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	/* path's subtree sorts after path, among keys that begin with it */
+	while (!err && rc == 0 &&
+	       (len == 1 || (k.mv_size >= len && !memcmp(k.mv_data, path, len)))) {
+		if ((k.mv_size == len && !memcmp(k.mv_data, path, len)) ||
+		    is_below(path, len, k.mv_data, k.mv_size))
+			err = mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+		/* after a delete, MDB_NEXT gives the entry that followed it */
+		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	return err;
+}
+
 int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
                       bool clear_below, cis_errmsg *em)
 {

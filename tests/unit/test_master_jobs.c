@@ -1502,3 +1502,28 @@ Test(jobs, replicas_of_pinned_data_must_fit_the_cache)
 	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"replicas\": 1}"), 200);
 	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": false, \"replicas\": 5}"), 200);
 }
+
+/* An unmount drops the policies at and below the mount point: they were
+ * for that store's data, not for what is mounted there next. */
+Test(jobs, unmount_drops_the_policies_below_it)
+{
+	cis_errmsg em = {{0}};
+	cr_assert_eq(mst_policy_update(m, "/m", 2, 1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/a.txt", 3, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/sub", -1, -1, 10, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m-x", 3, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/mm/y", 3, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_mount_remove(m, "/m", &em), 0, "%s", em.text);
+	json_t *ps = mst_policies_json(m);
+	cr_assert_eq(json_array_size(ps), 2, "%s", json_dumps(ps, 0));
+	cr_assert_str_eq(str(json_array_get(ps, 0), "path"), "/m-x");
+	cr_assert_str_eq(str(json_array_get(ps, 1), "path"), "/mm/y");
+	json_decref(ps);
+	char uri[400];
+	snprintf(uri, sizeof(uri), "file://%s", store);
+	mst_mount_req r = {.path = "/m", .uri = uri, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), 0, "%s", em.text);
+	mst_policy p;
+	mst_policy_resolve(m, "/m/sub/c.bin", &p);
+	cr_assert(p.replicas == 0 && p.pin < 0 && p.ttl_s < 0, "the old mount's policies apply");
+}
