@@ -62,6 +62,10 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 		p = c;
 	long long files = cli_jint(c, "files"), seen = cli_jint(j, "files_seen");
 	long long bytes_seen = cli_jint(j, "bytes_seen"), loaded = cli_jint(p, "bytes_loaded");
+	if (!json_object_get(j, "files_seen")) { /* a job that ended: all it saw is counted */
+		seen = files;
+		bytes_seen = cli_jint(c, "bytes");
+	}
 	long long failed = cli_jint(c, "files_failed");
 	bool listed = json_is_true(json_object_get(j, "listing_done"));
 	double frac = seen ? (double)files / (double)seen : 0;

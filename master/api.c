@@ -121,6 +121,18 @@ static int get_path(const cis_kvlist *q, json_t *body, const char **path, cis_er
 	return 0;
 }
 
+/* A query count or cookie: decimal digits only (no sign, blanks, suffix or
+ * fraction: "0.5k" is no count), below 2^64. */
+static bool parse_decimal(const char *s, uint64_t *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno != ERANGE && !*end;
+}
+
 static bool truthy(const char *s)
 {
 	return s && (!strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "yes"));
@@ -269,8 +281,8 @@ static int api_ls(mst_master *m, const cis_kvlist *q, json_t **out)
 	}
 	uint64_t limit = 1000, cookie = 0;
 	const char *ls = cis_kvlist_get(q, "limit"), *cs = cis_kvlist_get(q, "cookie");
-	if ((ls && (cis_parse_size(ls, &limit) || limit == 0 || limit > 4096)) ||
-	    (cs && cis_parse_size(cs, &cookie))) {
+	if ((ls && (!parse_decimal(ls, &limit) || limit == 0 || limit > 4096)) ||
+	    (cs && !parse_decimal(cs, &cookie))) {
 		status = fail_msg(out, 400, "bad limit or cookie");
 		goto out_dir;
 	}
@@ -568,7 +580,7 @@ static int api_job_get(mst_master *m, const cis_kvlist *q, json_t **out)
 	if (st)
 		return st;
 	const char *ls = cis_kvlist_get(q, "limit");
-	if (ls && (cis_parse_size(ls, &limit) || limit > 1000))
+	if (ls && (!parse_decimal(ls, &limit) || limit > 1000))
 		return fail_msg(out, 400, "bad limit");
 	json_t *j = mst_job_json(m, id, limit);
 	if (!j)

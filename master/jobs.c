@@ -1549,7 +1549,8 @@ json_t *mst_job_json(mst_master *m, uint64_t id, size_t max_failures)
 	pthread_mutex_lock(&js->lock);
 	for (struct job *j = js->list; j; j = j->next)
 		if (j->id == id)
-			o = job_record(j, max_failures, true);
+			/* walk progress only while it runs (as records in LMDB) */
+			o = job_record(j, max_failures, j->state == JOB_RUNNING);
 	pthread_mutex_unlock(&js->lock);
 	if (o)
 		return o;

@@ -1527,3 +1527,30 @@ Test(jobs, unmount_drops_the_policies_below_it)
 	mst_policy_resolve(m, "/m/sub/c.bin", &p);
 	cr_assert(p.replicas == 0 && p.pin < 0 && p.ttl_s < 0, "the old mount's policies apply");
 }
+
+/* files_seen, bytes_seen and progress are the walk's, while it runs: a
+ * finished job still in memory shows none, as its record in LMDB. */
+Test(jobs, a_finished_job_shows_no_walk_progress)
+{
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t id = submit_and_run(&r);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_null(json_object_get(j, "progress"));
+	cr_assert_null(json_object_get(j, "files_seen"));
+	cr_assert_null(json_object_get(j, "bytes_seen"));
+	json_decref(j);
+	/* limits are decimal counts: "0.5k" was 512 */
+	cis_kvlist q = CIS_KVLIST_INIT;
+	char ids[32];
+	snprintf(ids, sizeof(ids), "%llu", (unsigned long long)id);
+	cis_kvlist_set(&q, "id", ids);
+	cis_kvlist_set(&q, "limit", "0.5k");
+	json_t *o = NULL;
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/job", &q, NULL, &o), 400);
+	json_decref(o);
+	cis_kvlist_set(&q, "limit", "5");
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/job", &q, NULL, &o), 200);
+	json_decref(o);
+	cis_kvlist_free(&q);
+}

@@ -1017,3 +1017,37 @@ Test(master, sync_interval_is_bounded_and_never_overflows)
 	cr_assert_eq(mst_ns_resolve(m, "/a/sub/c.bin", &i, &em), 0, "%s", em.text);
 	cr_assert_eq(cis_counter_get(m->c_store_lists), lists, "listed again");
 }
+
+/* ls's limit and cookie are decimal counts: "0.5k" was taken as 512. */
+Test(master, ls_limit_and_cookie_are_decimal)
+{
+	cis_errmsg em = {{0}};
+	json_t *out;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	const char *bad[][2] = {{"limit", "0.5k"}, {"limit", "1k"},  {"limit", " 2"},
+	                        {"limit", "+2"},   {"cookie", "1k"}, {"cookie", "-1"},
+	                        {"limit", "0"},    {"limit", "4097"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cis_kvlist q = CIS_KVLIST_INIT;
+		cis_kvlist_set(&q, "path", "/data");
+		cis_kvlist_set(&q, bad[i][0], bad[i][1]);
+		cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/ls", &q, NULL, &out), 400, "%s=%s",
+		             bad[i][0], bad[i][1]);
+		json_decref(out);
+		cis_kvlist_free(&q);
+	}
+	cis_kvlist q = CIS_KVLIST_INIT;
+	cis_kvlist_set(&q, "path", "/data");
+	cis_kvlist_set(&q, "limit", "2");
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/ls", &q, NULL, &out), 200);
+	cr_assert_eq(json_array_size(json_object_get(out, "entries")), 2);
+	char next[32];
+	snprintf(next, sizeof(next), "%lld",
+	         json_integer_value(json_object_get(out, "next_cookie")));
+	json_decref(out);
+	cis_kvlist_set(&q, "cookie", next);
+	cr_assert_eq(mst_api_handle(m, "GET", "/api/v1/ls", &q, NULL, &out), 200);
+	cr_assert_eq(json_array_size(json_object_get(out, "entries")), 1);
+	json_decref(out);
+	cis_kvlist_free(&q);
+}
