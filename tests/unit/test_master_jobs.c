@@ -202,6 +202,17 @@ Test(jobs, walk_lists_and_visits_in_order)
 	cr_assert(strstr(em.text, "missing"), "error names the path: %s", em.text);
 }
 
+/* The one path with a replication target is path. */
+static void only_replicas_policy_is(const char *path)
+{
+	char **paths;
+	size_t n;
+	cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_str_eq(paths[0], path);
+	mst_strv_free(paths, n);
+}
+
 Test(jobs, policies_inherit_and_recursive_setrep_clears_below)
 {
 	cis_errmsg em = {{0}};
@@ -225,12 +236,7 @@ Test(jobs, policies_inherit_and_recursive_setrep_clears_below)
 	cr_assert_eq(p.replicas, 0);
 	cr_assert_eq(mst_policy_update(m, "/m", 65, -1, -2, false, &em), -EINVAL);
 	cr_assert_neq(mst_policy_update(m, "/m/../x", 2, -1, -2, false, &em), 0);
-	char **paths;
-	size_t n;
-	cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
-	cr_assert_eq(n, 1);
-	cr_assert_str_eq(paths[0], "/m");
-	mst_strv_free(paths, n);
+	only_replicas_policy_is("/m");
 }
 
 Test(jobs, load_without_workers_fails_each_file_once_and_persists)
@@ -1245,26 +1251,38 @@ static uint64_t start_slow_load(cis_rpc_server **srv)
 	return id;
 }
 
-/* Cancel does not wait for the batches out: they fail at once (the worker
- * may go on fetching), and the job is cancelled within a second, not when
- * the worker answers. */
-Test(jobs, cancel_does_not_wait_for_a_slow_worker)
+/* Cancel job id: it is cancelled within a second. Its record. */
+static json_t *cancel_within_a_second(uint64_t id)
 {
 	cis_errmsg em = {{0}};
-	cis_rpc_server *srv;
-	uint64_t id = start_slow_load(&srv);
 	uint64_t t0 = cis_mono_ms();
 	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
 	json_t *j = wait_job(id, 5000);
 	uint64_t took = cis_mono_ms() - t0;
 	cr_assert_str_eq(str(j, "state"), "cancelled");
 	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
-	json_decref(j);
+	return j;
+}
+
+/* Answer the slow worker's calls, then stop it and the threaded master. */
+static void end_slow_load(cis_rpc_server *srv)
+{
 	lw_drain();
 	mst_close(m);
 	m = NULL;
 	cis_rpc_server_stop(srv);
 	open_master();
+}
+
+/* Cancel does not wait for the batches out: they fail at once (the worker
+ * may go on fetching), and the job is cancelled within a second, not when
+ * the worker answers. */
+Test(jobs, cancel_does_not_wait_for_a_slow_worker)
+{
+	cis_rpc_server *srv;
+	uint64_t id = start_slow_load(&srv);
+	json_decref(cancel_within_a_second(id));
+	end_slow_load(srv);
 }
 
 /* A huge file is queued as the senders take its batches: its first batch
@@ -1296,20 +1314,11 @@ Test(jobs, a_huge_file_is_queued_as_the_senders_go)
 	uint64_t first = cis_mono_ms() - t0;
 	cr_assert_lt(first, 1000, "the first batch reached the worker after %llu ms",
 	             (unsigned long long)first);
-	t0 = cis_mono_ms();
-	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
-	json_t *j = wait_job(id, 5000);
-	uint64_t took = cis_mono_ms() - t0;
-	cr_assert_str_eq(str(j, "state"), "cancelled");
-	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	json_t *j = cancel_within_a_second(id);
 	cr_assert(!json_is_true(json_object_get(j, "listing_done")),
 	          "the walk was stopped part way, yet the listing is said to be done");
 	json_decref(j);
-	lw_drain();
-	mst_close(m);
-	m = NULL;
-	cis_rpc_server_stop(srv);
-	open_master();
+	end_slow_load(srv);
 }
 
 /* A master stopping with a batch out does not wait for the worker either,
@@ -1369,18 +1378,9 @@ Test(jobs, bandwidth_debt_holds_back_the_next_batch)
 	cis_sleep_ms(1500);
 	cr_assert_eq(atomic_load(&lw_blocks), 8, "blocks sent within 1.5 s: %u (two batches)",
 	             atomic_load(&lw_blocks));
-	uint64_t t0 = cis_mono_ms();
-	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
-	json_t *j = wait_job(id, 5000);
-	uint64_t took = cis_mono_ms() - t0;
-	cr_assert_str_eq(str(j, "state"), "cancelled");
-	cr_assert_lt(took, 1000, "cancelled after %llu ms", (unsigned long long)took);
+	json_decref(cancel_within_a_second(id));
 	cr_assert_leq(atomic_load(&lw_blocks), 12);
-	json_decref(j);
-	mst_close(m);
-	m = NULL;
-	cis_rpc_server_stop(srv);
-	open_master();
+	end_slow_load(srv);
 }
 
 /* Blocks the worker answers cached for cost no bandwidth: a reload of
@@ -1437,12 +1437,7 @@ Test(jobs, policy_on_a_path_not_utf8_is_listed_and_used)
 		cr_assert_str_eq(str(p, "path_hex"), "2f6d2f636166e9");
 		cr_assert_eq(json_integer_value(json_object_get(p, "replicas")), 2);
 		json_decref(o);
-		char **paths;
-		size_t n;
-		cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
-		cr_assert_eq(n, 1);
-		cr_assert_str_eq(paths[0], "/m/caf\xe9");
-		mst_strv_free(paths, n);
+		only_replicas_policy_is("/m/caf\xe9");
 		cr_assert_eq(mst_repl_scan(m, NULL, NULL), 0);
 		cr_assert_eq(pin_api(round ? "/m/b.txt" : "/m/a.txt", true, NULL, 0), 200,
 		             "a pin counts the pinned path that is not UTF-8");
