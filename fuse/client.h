@@ -63,7 +63,7 @@ typedef struct fcl_file {
 	uint64_t size;
 	uint64_t block_size;
 	uint64_t vhash;       /* of version; never 0 */
-	uint64_t answered;    /* ticket of the Open request giving version (later is newer) */
+	uint64_t answered;    /* ticket of the Open answer giving version (later is newer) */
 	bool page_cache;      /* reads go through the node's page cache (not direct) */
 	pthread_mutex_t lock; /* guards ra */
 	fcl_ra ra;

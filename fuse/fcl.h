@@ -145,9 +145,9 @@ void fcl_meta_free(fcl_meta *m);
  * code (em says why). */
 int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
 int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em);
-/* A ticket, taken before a request whose answer will be put: an answer
- * never replaces one put with a later ticket (an older request's answer
- * may land last). */
+/* A ticket, taken as an answer that will be put arrives: an answer never
+ * replaces one put with a later ticket (a thread may put its answer after
+ * a newer one's). */
 uint64_t fcl_meta_ticket(fcl_meta *m);
 /* Seed the caches from a listing or an open. */
 void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a,
@@ -172,7 +172,7 @@ typedef struct fcl_open_info {
 	char version[CIS_UFS_VERSION_MAX];
 	uint64_t size;
 	uint64_t block_size;
-	uint64_t answered; /* the ticket its Open request took (fcl_meta_ticket): later is newer */
+	uint64_t answered; /* the ticket its Open answer took (fcl_meta_ticket): later is newer */
 } fcl_open_info;
 
 /* Remember oi (its key copied) and put a as the inode's attributes. */
@@ -186,13 +186,13 @@ size_t fcl_meta_open_count(fcl_meta *m);
 /* ---- versions opened (versions.c) ---- */
 
 /* The version of each file the node's page cache holds, as the newest
- * master answer (by its request's ticket, `answered`) an open got. Thread-safe,
+ * master answer (by its arrival's ticket, `answered`) an open got. Thread-safe,
  * bounded (an inode pushed out counts as unknown). */
 typedef struct fcl_versions fcl_versions;
 
 int fcl_versions_new(size_t capacity, fcl_versions **out);
 void fcl_versions_free(fcl_versions *v);
-/* An open of version, from the master answer to the request of ticket answered: true when
+/* An open of version, from the master answer of ticket answered: true when
  * the kernel may keep the node's pages (they are of this version). Notes
  * the version unless a newer answer said another. */
 bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uint64_t answered);

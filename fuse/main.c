@@ -308,10 +308,10 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
 		uint64_t cookie = 0;
 		for (;;) {
 			Cis__ReadDirReply *rep = NULL;
-			uint64_t ticket = fcl_meta_ticket(c->meta);
 			rc = fcl_master_readdir(c, dino, cookie, DIR_PAGE, &rep, em);
 			if (rc)
 				break;
+			uint64_t ticket = fcl_meta_ticket(c->meta); /* the page's arrival */
 			if (d->n + rep->n_entries > d->cap) {
 				size_t cap = d->cap ? d->cap * 2 : 64;
 				while (cap < d->n + rep->n_entries)

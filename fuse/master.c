@@ -279,9 +279,9 @@ int fcl_master_open(fcl *c, uint64_t ino, fcl_file **out, bool *hit, cis_errmsg 
 	req.inode = ino;
 	req.stale_version = stale;
 	Cis__OpenReply *rep = NULL;
-	uint64_t ticket = fcl_meta_ticket(c->meta);
 	rc = call(c->master, CIS_MSG_MASTER_OPEN, &req.base, &cis__open_reply__descriptor,
 	          (ProtobufCMessage **)&rep, 0, em);
+	uint64_t ticket = fcl_meta_ticket(c->meta); /* the answer's arrival */
 	if (rc) {
 		note_master_error(c, rc, em);
 		if (stale[0]) /* the master did not hear it: the next open tells it */

@@ -5,11 +5,15 @@
  * wait for its answer, so a thousand readers opening one new file cost one
  * master request.
  *
- * Every answer is put with the ticket (fcl_meta_ticket) taken before its
- * request went out, and never replaces an entry put with a later one: a
- * getattr that was under way while an open learnt that the file grew would
- * otherwise put the old size back (and drop the open's cache entry) when it
- * landed. */
+ * Every answer is put with the ticket (fcl_meta_ticket) taken when it
+ * arrived, and never replaces an entry put with a later one: the answer
+ * that arrived last is the newest, since the master answers a request that
+ * asks the store (an open of a changed file, a lookup that lists a
+ * directory) after the quick ones sent later, and its answer is the fresher.
+ * The order of sending would put the old size of a grown file back in that
+ * case; without any order, a thread that put its answer late did. A
+ * forgotten inode leaves a tombstone with its ticket, so an answer that
+ * arrived before the forget does not come back. */
 #include "fcl.h"
 
 #include <errno.h>
@@ -22,7 +26,7 @@
 
 typedef struct cached {
 	uint64_t expires_ns;
-	uint64_t ticket; /* taken before the request this came from */
+	uint64_t ticket; /* taken when the answer this came from arrived */
 	bool negative;
 	fcl_attr attr;
 } cached;
@@ -207,7 +211,8 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, ino);
-	fcl_lru_remove(m->attrs, k, klen, NULL);
+	/* a tombstone (a miss for getattr) that older answers cannot replace */
+	cache_put(m, m->attrs, k, klen, m->attr_ns, true, NULL, fcl_meta_ticket(m));
 	open_drop(m, ino, 0, true);
 }
 
@@ -293,11 +298,11 @@ static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64
 		m->flights = f;
 		pthread_mutex_unlock(&m->lock);
 
-		uint64_t ticket = fcl_meta_ticket(m);
 		if (name)
 			f->rc = m->src.lookup(m->src.ctx, parent, name, &f->attr, &f->em);
 		else
 			f->rc = m->src.getattr(m->src.ctx, ino, &f->attr, &f->em);
+		uint64_t ticket = fcl_meta_ticket(m); /* the answer's arrival */
 		/* Fill the caches before anyone can miss again. */
 		if (name && f->rc == 0)
 			fcl_meta_put(m, parent, name, &f->attr, ticket);
@@ -356,7 +361,7 @@ int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em)
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, ino);
 	cached c;
-	if (cache_get(m->attrs, k, klen, &c)) {
+	if (cache_get(m->attrs, k, klen, &c) && !c.negative) { /* negative: forgotten */
 		*out = c.attr;
 		return 0;
 	}

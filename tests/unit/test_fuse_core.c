@@ -406,10 +406,11 @@ static void *getattr_thread(void *arg)
 	return NULL;
 }
 
-/* A getattr sent before an open learnt that the file grew lands after it:
- * its answer goes to its caller but not into the caches, where it would
- * have put the old size back and dropped the open's entry. */
-Test(fuse_meta, an_answer_to_an_older_request_replaces_nothing_newer)
+/* The answer that arrived last wins, even when its request went out
+ * first: the master answers a request that asks the store (an open of a
+ * changed file) after quicker ones sent later, and its answer is the
+ * fresher one (ordering by the sending put the old size back). */
+Test(fuse_meta, the_answer_that_arrives_last_wins)
 {
 	fake_src f = {0};
 	fcl_meta *m = new_meta(&f, 60000);
@@ -419,21 +420,52 @@ Test(fuse_meta, an_answer_to_an_older_request_replaces_nothing_newer)
 	cr_assert_eq(pthread_create(&t, NULL, getattr_thread, &g), 0);
 	while (!atomic_load(&f.held))
 		usleep(1000);
+	fcl_attr quick = {.ino = 7, .size = 99, .mode = 0644, .nlink = 1, .vhash = 2};
+	fcl_meta_put_attr(m, &quick, fcl_meta_ticket(m));
+	atomic_store(&f.hold, 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(g.rc, 0);
+	fcl_attr b;
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(b.size, 70, "the answer that arrived last is cached");
+	cr_assert_eq(atomic_load(&f.getattrs), 1);
+	fcl_meta_free(m);
+}
+
+/* An answer put after a newer one arrived (its thread was slow to put it)
+ * replaces nothing: not the attributes, not the open entry they came with;
+ * nor does one that arrived before its inode was forgotten come back. */
+Test(fuse_meta, an_answer_put_late_replaces_nothing_newer)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	uint64_t older = fcl_meta_ticket(m);
+	fcl_attr old = {.ino = 7, .size = 60, .mode = 0644, .nlink = 1, .vhash = 1};
 	fcl_attr grown = {.ino = 7, .size = 99, .mode = 0644, .nlink = 1, .vhash = 2};
 	fcl_open_info oi = open_info("k", "v2", 99);
 	oi.answered = fcl_meta_ticket(m);
 	fcl_meta_put_open(m, &grown, &oi);
-	atomic_store(&f.hold, 0);
-	cr_assert_eq(pthread_join(t, NULL), 0);
-	cr_assert_eq(g.rc, 0);
-	cr_assert_eq(g.a.size, 70, "the caller has the answer it asked for");
+	fcl_meta_put_attr(m, &old, older);
 	fcl_attr b;
 	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
 	cr_assert_eq(b.size, 99, "the older answer replaced the newer attributes");
-	cr_assert_eq(atomic_load(&f.getattrs), 1);
 	fcl_open_info got;
 	cr_assert_eq(fcl_meta_get_open(m, 7, &got), 0, "the older answer dropped the open entry");
 	free(got.key);
+	/* An open answer older than the attributes puts no entry either. */
+	fcl_open_info stale = open_info("k", "v1", 60);
+	stale.answered = older;
+	fcl_meta_put_open(m, &old, &stale);
+	cr_assert_eq(fcl_meta_get_open(m, 7, &got), 0);
+	cr_assert_str_eq(got.version, "v2");
+	free(got.key);
+	/* Forgotten: an answer that arrived before stays out. */
+	older = fcl_meta_ticket(m);
+	fcl_meta_forget_attr(m, 7);
+	fcl_meta_put_attr(m, &old, older);
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(atomic_load(&f.getattrs), 1, "the forgotten inode is asked for again");
+	cr_assert_eq(b.size, 70, "the source's answer, not the one put late");
 	fcl_meta_free(m);
 }
 
