@@ -72,6 +72,9 @@ for n in "${names[@]}"; do
 	t0=$SECONDS
 	timeout --kill-after=30 "${BENCH_TIMEOUT:-3600}" "$script" >"$results/$n.log" 2>&1
 	rc=$?
+	# A script killed for its time had no exit trap: its store's objects
+	# would stay in memory and push the next scripts' stores to disk.
+	rm -rf /dev/shm/cistern-bench-store.*
 	if [ $rc -eq 0 ]; then
 		echo "- \`bench/$n.sh\`: done in $((SECONDS - t0)) s.$(store_on_disk_note "$results/$n.log")" >>"$notes"
 	else
