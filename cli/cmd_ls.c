@@ -11,8 +11,9 @@ static const cis_opt ls_opts[] = {
     {"long", NULL, NULL, "long format: type, mode, size, time", false, 'l'},
     {"recursive", NULL, NULL, "list directories below too", false, 'R'},
     {"json", NULL, NULL,
-     "print JSON: one document for the directory, all its entries; with -R an array of "
-     "them, one per directory",
+     "print JSON, each page as it comes: one document for the directory, all its entries, "
+     "\"eof\": true; with -R an array of them, one per directory; a listing that fails "
+     "part-way ends its document with \"eof\": false (the error on stderr, exit status 1)",
      false, 0},
     CIS_OPT_END,
 };
@@ -39,40 +40,92 @@ static void print_entry(const json_t *e, bool lng)
 }
 
 /* How ls prints: -l, -R, --json. With --json each directory is one
- * document, all its pages gathered ({"path", "entries", "eof": true});
- * with -R too they are the elements of one array, "[" and "]" around
+ * document, {"path", "entries", "eof"}, printed as its pages come: the
+ * opening once the first page is in, then each page's entries, then
+ * "eof": true, or "eof": false when the listing stopped part-way (the
+ * error is on stderr). Memory stays at one page however big the directory.
+ * With -R the documents are the elements of one array, "[" and "]" around
  * them, so that the whole output is one JSON document. */
 struct ls_how {
 	bool lng, rec, js;
 	bool first_doc; /* -R --json: no document printed yet (no "," before) */
 };
 
-static void print_dir_doc(json_t *doc, struct ls_how *how)
+#define LS_JSON_FLAGS (JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+
+/* Print s with indent more spaces after each newline: a json_dumps text
+ * nested in the document (newlines in its strings are escaped, "\n"). */
+static void put_indented(const char *s, int indent)
 {
-	char *s;
-	if (!how->rec) {
-		cli_print_json(doc);
-		return;
+	const char *nl;
+	while ((nl = strchr(s, '\n'))) {
+		fwrite(s, 1, (size_t)(nl + 1 - s), stdout);
+		printf("%*s", indent, "");
+		s = nl + 1;
 	}
-	s = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS);
-	if (s)
-		printf("%s%s", how->first_doc ? "" : ",\n", s);
+	fputs(s, stdout);
+}
+
+/* --json: print a directory's document up to the "[" of its entries, from
+ * its first page: the page's members but its own bookkeeping (entries,
+ * next_cookie, eof). Returns 0, or -ENOMEM with nothing printed. */
+static int json_doc_open(json_t *page, struct ls_how *how)
+{
+	json_t *rest = json_copy(page); /* shallow: the members are shared */
+	char *s = NULL;
+	if (rest) {
+		json_object_del(rest, "entries");
+		json_object_del(rest, "next_cookie");
+		json_object_del(rest, "eof");
+		s = json_dumps(rest, LS_JSON_FLAGS);
+		json_decref(rest);
+	}
+	if (!s)
+		return -ENOMEM;
+	printf("%s", how->first_doc ? "" : ",\n");
 	how->first_doc = false;
+	size_t n = strlen(s);
+	if (n > 2 && !strcmp(s + n - 2, "\n}")) /* "{\n  \"path\": ...\n}": go on after it */
+		printf("%.*s,\n  \"entries\": [", (int)(n - 2), s);
+	else /* "{}" */
+		printf("{\n  \"entries\": [");
 	free(s);
+	return 0;
+}
+
+/* --json: print one entry of the document's array (first: no "," before).
+ * Returns 0, or -ENOMEM with nothing printed. */
+static int json_doc_entry(const json_t *e, bool first)
+{
+	char *s = json_dumps(e, LS_JSON_FLAGS);
+	if (!s)
+		return -ENOMEM;
+	printf("%s\n    ", first ? "" : ",");
+	put_indented(s, 4);
+	free(s);
+	return 0;
+}
+
+/* --json: end the document; eof false when the listing stopped part-way. */
+static void json_doc_close(const struct ls_how *how, bool any, bool eof)
+{
+	printf("%s],\n  \"eof\": %s\n}%s", any ? "\n  " : "", eof ? "true" : "false",
+	       how->rec ? "" : "\n");
 }
 
 /* List one directory (all pages); with -R, the directories below it too.
  * A directory that fails is reported and the rest is listed: the result
- * is the first failure, after everything else was listed. */
+ * is the first failure, after everything else was listed. With --json a
+ * directory whose first page came is a document, ended with "eof": false
+ * if a later page fails; one whose first page fails is left out. */
 static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 {
 	uint64_t cookie = 0;
-	bool eof = false;
+	bool eof = false, begun = false, any = false;
 	char what[4200], extra[64];
 	snprintf(what, sizeof(what), "ls %s", *path ? path : "''");
 	char **subs = NULL;
 	size_t nsubs = 0;
-	json_t *doc = NULL; /* --json: the pages so far, as one */
 	int rc = 0;
 	if (header)
 		printf("\n%s:\n", path);
@@ -84,10 +137,19 @@ static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 			break;
 		size_t i;
 		json_t *e, *ents = json_object_get(out, "entries");
+		if (how->js && !begun) {
+			rc = json_doc_open(out, how);
+			begun = !rc;
+		}
 		json_array_foreach(ents, i, e)
 		{
-			if (!how->js)
+			if (!how->js) {
 				print_entry(e, how->lng);
+			} else if (!begun || json_doc_entry(e, !any)) {
+				rc = -ENOMEM; /* nothing more can be printed */
+				break;
+			}
+			any = true;
 			const char *sub = json_string_value(json_object_get(e, "path"));
 			if (!rc && how->rec && sub && !strcmp(cli_jstr(e, "type"), "dir")) {
 				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
@@ -95,21 +157,12 @@ static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 					subs = ns;
 					subs[nsubs] = strdup(sub);
 				}
-				if (!ns || !subs[nsubs++]) {
-					/* the rest of this page still prints */
-					fprintf(stderr, "cistern: %s: out of memory\n", what);
-					rc = -ENOMEM;
-				}
+				if (!ns || !subs[nsubs++])
+					rc = -ENOMEM; /* the rest of this page still prints */
 			}
 		}
-		if (how->js && !rc) {
-			if (!doc)
-				doc = json_incref(out);
-			else if (json_array_extend(json_object_get(doc, "entries"), ents))
-				rc = -ENOMEM;
-			if (rc)
-				fprintf(stderr, "cistern: %s: out of memory\n", what);
-		}
+		if (rc == -ENOMEM)
+			fprintf(stderr, "cistern: %s: out of memory\n", what);
 		uint64_t next = (uint64_t)cli_jint(out, "next_cookie");
 		eof = rc || json_is_true(json_object_get(out, "eof"));
 		/* The cookie is the page's last inode id, which need not grow
@@ -125,14 +178,11 @@ static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 		}
 		cookie = next;
 		json_decref(out);
+		if (how->js)
+			fflush(stdout); /* what a reader may take while the next page comes */
 	}
-	if (doc && !rc) {
-		/* the pages' bookkeeping means nothing in the whole */
-		json_object_del(doc, "next_cookie");
-		json_object_set_new(doc, "eof", json_true());
-		print_dir_doc(doc, how);
-	}
-	json_decref(doc);
+	if (begun)
+		json_doc_close(how, any, !rc);
 	for (size_t i = 0; i < nsubs; i++) {
 		int sub_rc = rc == -ENOMEM ? 0 : ls_one(c, subs[i], how, !how->js);
 		if (!rc)

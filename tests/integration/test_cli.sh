@@ -107,6 +107,37 @@ assert [x["path"] for x in d] == ["/data/d3", "/data/d3/sub"], d
 assert sorted(e["name"] for e in d[0]["entries"]) == ["a.txt", "sub"]
 assert [e["name"] for e in d[1]["entries"]] == ["b.txt"]
 PY
+# -R over a directory of three pages: one array, every entry once
+"$CLI" ls -R --json /data >"$CIS_TMP/lsr.json" || fail "ls -R --json /data"
+python3 - "$CIS_TMP/lsr.json" <<'PY' || fail "ls -R --json /data: not one array with every entry"
+import json, sys
+d = {x["path"]: x for x in json.load(open(sys.argv[1]))}
+assert sorted(d) == ["/data", "/data/big", "/data/d3", "/data/d3/sub"], sorted(d)
+assert all(x["eof"] is True for x in d.values())
+assert len({e["name"] for e in d["/data/big"]["entries"]}) == 2500
+assert len(d["/data/big"]["entries"]) == 2500
+PY
+# --json prints each page as it comes: its memory is one page's, not the
+# directory's (30,000 entries cost 80 MB more when they were gathered first)
+mkdir -p "$STORE/wide"
+(cd "$STORE/wide" && seq -f 'file-with-a-longish-name-%06g' 30000 | xargs touch)
+run_cli mount /wide "file://$STORE/wide"
+assert_eq "$rc" 0 "mount /wide: $out"
+# max_rss ARGS...: the peak resident KiB of one CLI run, its output dropped
+max_rss() {
+	python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$CLI" "$@"
+}
+rss_text=$(max_rss ls /wide) || fail "ls /wide"
+rss_json=$(max_rss ls --json /wide) || fail "ls --json /wide"
+[ "$rss_json" -lt $((rss_text + 16384)) ] ||
+	fail "ls --json of 30,000 entries: peak RSS ${rss_json} KiB, ls without --json ${rss_text} KiB"
+"$CLI" ls --json /wide | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert len({e["name"] for e in d["entries"]}) == 30000 and d["eof"] is True' ||
+	fail "ls --json /wide: not one document of 30,000 entries"
+run_cli unmount /wide
 
 # ---- extra arguments are refused ----
 usage_error "ls /a /b" "ls: too many arguments" ls /data/d3 /data/big
@@ -155,8 +186,11 @@ assert_contains "$out" "cistern: ls '': " "an empty path is quoted"
 FPORT=$(free_port)
 cat >"$CIS_TMP/fake.py" <<'PY'
 # fake.py PORT MODE: "running" (a job that runs), "done" (it ended),
-# "gone" (no such job), "html" (a proxy's error page for everything).
+# "gone" (no such job), "html" (a proxy's error page for everything),
+# "lsfail" (ls /d: a page of 999 files and a directory, then an error;
+# /d/sub lists).
 import json, sys
+from urllib.parse import parse_qs, urlsplit
 from http.server import BaseHTTPRequestHandler, HTTPServer
 port, mode = int(sys.argv[1]), sys.argv[2]
 class H(BaseHTTPRequestHandler):
@@ -178,7 +212,19 @@ class H(BaseHTTPRequestHandler):
         if mode == "html":
             return self.reply(502, "<html>bad gateway</html>", "text/html")
         self.reply(200, json.dumps({"job": {"id": 26}}))
+    def ls(self):
+        q = parse_qs(urlsplit(self.path).query)
+        path, cookie = q["path"][0], int(q.get("cookie", ["0"])[0])
+        if path == "/d" and cookie:
+            return self.reply(500, json.dumps({"error": "store went away"}))
+        names = ["f%04d" % i for i in range(999)] + ["sub"] if path == "/d" else ["b.txt"]
+        ents = [{"name": n, "path": path + "/" + n, "type": "dir" if n == "sub" else "file"}
+                for n in names]
+        self.reply(200, json.dumps({"path": path, "entries": ents,
+                                    "next_cookie": len(ents), "eof": path != "/d"}))
     def do_GET(self):
+        if mode == "lsfail" and self.path.startswith("/api/v1/ls?"):
+            return self.ls()
         if mode == "html":
             return self.reply(502, "<html>bad gateway</html>", "text/html")
         if mode == "gone":
@@ -212,6 +258,30 @@ start_fake gone
 run_cli --api "127.0.0.1:$FPORT" load /data/d3
 assert_eq "$rc" 1 "load of a job that went away: $out"
 assert_contains "$out" "cistern: load /data/d3 (job 26): no such job" "the job is named once"
+kill_pid "$FPID"
+
+# ---- ls --json that fails part-way: the document ends, "eof": false ----
+start_fake lsfail
+rc=0
+"$CLI" --api "127.0.0.1:$FPORT" ls --json /d >"$CIS_TMP/lsfail.json" 2>"$CIS_TMP/lsfail.err" ||
+	rc=$?
+assert_eq "$rc" 1 "ls --json failing on its second page: $(cat "$CIS_TMP/lsfail.err")"
+assert_contains "$(cat "$CIS_TMP/lsfail.err")" "cistern: ls /d: store went away" "the error"
+python3 - "$CIS_TMP/lsfail.json" <<'PY' || fail "ls --json failing part-way: $(head -c 300 "$CIS_TMP/lsfail.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["path"] == "/d" and d["eof"] is False and len(d["entries"]) == 1000, d["eof"]
+PY
+rc=0
+"$CLI" --api "127.0.0.1:$FPORT" ls -R --json /d >"$CIS_TMP/lsfail.json" 2>"$CIS_TMP/lsfail.err" ||
+	rc=$?
+assert_eq "$rc" 1 "ls -R --json failing part-way: $(cat "$CIS_TMP/lsfail.err")"
+python3 - "$CIS_TMP/lsfail.json" <<'PY' || fail "ls -R --json failing part-way: $(head -c 300 "$CIS_TMP/lsfail.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [(x["path"], x["eof"], len(x["entries"])) for x in d] == \
+    [("/d", False, 1000), ("/d/sub", True, 1)], [(x["path"], x["eof"]) for x in d]
+PY
 kill_pid "$FPID"
 
 start_fake html
