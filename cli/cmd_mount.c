@@ -16,7 +16,8 @@ static const cis_opt mount_opts[] = {
      "the command line)",
      true, 0},
     {"readonly", NULL, NULL, "mount read-only", false, 0},
-    {"sync-interval", "DURATION", NULL, "re-list directories older than this (300, 5m)", false, 0},
+    {"sync-interval", "DURATION", NULL,
+     "re-list directories older than this (300, 5m; at most 100 years)", false, 0},
     {"block-size", "SIZE", NULL, "block size (default 4M)", false, 0},
     {"json", NULL, NULL, "print JSON", false, 0},
     CIS_OPT_END,
@@ -61,12 +62,12 @@ static int check_mount_flags(const cis_config *cfg, const char *what)
 	const char *bs = cis_config_str(cfg, "block-size");
 	uint64_t v;
 	int err;
-	if (si && (err = cis_parse_duration_ms(si, &v)) == 0 && v > INT64_MAX / 2)
+	if (si && (err = cis_parse_duration_ms(si, &v)) == 0 && v > (uint64_t)CIS_SYNC_MAX_MS)
 		err = -ERANGE;
 	if (si && err) {
 		fprintf(stderr, "cistern: %s: --sync-interval %s: %s\n", what, si,
 		        err == -ERANGE
-		            ? "too long"
+		            ? "too long (at most 100 years)"
 		            : "not a duration (like 300, 500ms, 5m or 1h; 0 never re-lists)");
 		return CLI_E_USAGE;
 	}

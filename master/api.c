@@ -199,10 +199,10 @@ static int api_mounts_post(mst_master *m, json_t *body, json_t **out)
 	json_t *js = json_object_get(body, "sync_interval");
 	uint64_t ms = 0;
 	if (json_is_integer(js) && json_integer_value(js) >= 0 &&
-	    json_integer_value(js) <= MST_SYNC_MAX_MS / 1000) {
+	    json_integer_value(js) <= CIS_SYNC_MAX_MS / 1000) {
 		r.sync_interval_ms = json_integer_value(js) * 1000; /* seconds */
 	} else if (json_is_string(js) && !cis_parse_duration_ms(json_string_value(js), &ms) &&
-	           ms <= MST_SYNC_MAX_MS) {
+	           ms <= CIS_SYNC_MAX_MS) {
 		r.sync_interval_ms = (int64_t)ms;
 	} else if (js) {
 		status = fail_msg(

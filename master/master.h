@@ -30,7 +30,6 @@
 #define MST_PATH_MAX        4096
 #define MST_DEFAULT_BLOCK   (4u << 20)
 #define MST_DEFAULT_SYNC_MS (300u * 1000u)
-#define MST_SYNC_MAX_MS     (100ll * 366 * 86400 * 1000) /* 100 years, as TTLs */
 
 enum mst_type { MST_FILE = 1, MST_DIR = 2, MST_LINK = 3 };
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/config.h"
 #include "cistern/log.h"
 #include "cistern/proto/common.pb-c.h"
 #include "cistern/time.h"
@@ -237,7 +238,7 @@ int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id_out, cis_e
 	if (bs < 4096 || bs > (1ull << 30))
 		return cis_fail(em, -EINVAL, "block size %llu out of range (4 KiB .. 1 GiB)",
 		                (unsigned long long)bs);
-	if (r->sync_interval_ms > MST_SYNC_MAX_MS)
+	if (r->sync_interval_ms > CIS_SYNC_MAX_MS)
 		return cis_fail(em, -EINVAL,
 		                "sync interval %lld ms out of range (at most 100 years)",
 		                (long long)r->sync_interval_ms);

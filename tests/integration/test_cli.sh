@@ -69,6 +69,15 @@ assert_not_contains "$("$CLI" mounts)" "/m5" "a refused mount was made"
 # ---- flag values checked by the CLI, naming the flag ----
 usage_error "--sync-interval 5x" "--sync-interval 5x: not a duration" \
 	mount /m6 "file://$STORE" --sync-interval 5x
+# the master's bound, 100 years (366-day ones), is the CLI's
+usage_error "--sync-interval 36601d" "--sync-interval 36601d: too long (at most 100 years)" \
+	mount /m6 "file://$STORE" --sync-interval 36601d
+usage_error "--sync-interval 40000d" "--sync-interval 40000d: too long" \
+	mount /m6 "file://$STORE" --sync-interval 40000d
+run_cli mount /m100y "file://$STORE" --sync-interval 36600d
+assert_eq "$rc" 0 "mount --sync-interval 36600d (100 years): $out"
+run_cli unmount /m100y
+assert_eq "$rc" 0 "unmount /m100y: $out"
 usage_error "--block-size 4X" "--block-size 4X: not a size" \
 	mount /m6 "file://$STORE" --block-size 4X
 usage_error "--block-size 1K" "--block-size 1K: out of range" \

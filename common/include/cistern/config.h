@@ -71,6 +71,9 @@ const char *cis_config_pos(const cis_config *cfg, size_t i);
 int cis_parse_size(const char *s, uint64_t *out);
 /* See cis_config_duration_ms. 0 or -EINVAL / -ERANGE. */
 int cis_parse_duration_ms(const char *s, uint64_t *out);
+/* The longest sync interval a mount takes: 100 years, as TTLs. The master
+ * refuses more; cistern mount checks it first, to name its flag. */
+#define CIS_SYNC_MAX_MS (100ll * 366 * 86400 * 1000)
 /* "1.5 GiB" style, for people. */
 void cis_fmt_size(uint64_t bytes, char *out, size_t outlen);
 /* "host:port" into parts; host may be "[v6]". 0 or -EINVAL. */
