@@ -1340,7 +1340,15 @@ static int pin_roots(mst_master *m, const char *adding, char ***roots, size_t *n
 /* Pins larger than the cache can hold would make eviction impossible:
  * refuse a change that would take what is pinned past the cache's
  * capacity (the sum over all workers), unless it pins no more than before
- * (an unpin, a lower target: allowed even where workers have left). */
+ * (an unpin, a lower target: allowed even where workers have left).
+ *
+ * Only files within path change, and those are pinned (before or after)
+ * only below a pinned root that lies within path or contains it, or below
+ * path itself when it is being pinned: those roots are walked first, and
+ * when the change adds no bytes there (a target changed where nothing is
+ * pinned, an unpin) nothing else is. Only a change that adds bytes walks
+ * the other pinned roots, for the total: O(pinned files), with
+ * m->policy_lock held by the caller. */
 int mst_pin_check(mst_master *m, const char *path, int pin, int64_t replicas, bool clear_below,
                   cis_errmsg *em)
 {
@@ -1351,24 +1359,47 @@ int mst_pin_check(mst_master *m, const char *path, int pin, int64_t replicas, bo
 	                    .pin_val = pin,
 	                    .rep = replicas > 0 ? (uint32_t)replicas : 0,
 	                    .rep_clear_below = clear_below};
+	const char *op = pin == 1 ? "pin" : "replicas of";
 	char **roots;
 	size_t n;
 	if (pin != 1 && s.rep == 0)
 		return 0; /* pins nothing more */
 	int err = pin_roots(m, s.adding, &roots, &n);
 	if (err)
-		return cis_fail(em, err, "pin %s: %s", path, cis_strerror(err));
-	for (size_t i = 0; i < n && !err; i++) {
-		/* a new pin's directories may not be listed yet; older pins' are */
-		bool adding = i == 0 && s.adding; /* pin_roots puts it first */
-		s.skip_adding = s.adding && !adding;
-		err = mst_walk(m, roots[i], adding, sum_pinned, NULL, &s, em);
-		if (err == -ENOENT && !adding) /* an older pin's data is gone: it holds nothing */
-			err = 0;
+		return cis_fail(em, err, "%s %s: %s", op, path, cis_strerror(err));
+	/* pass 0: the roots that overlap path; pass 1: the others, only when
+	 * the change adds bytes and the total decides */
+	for (int pass = 0; pass < 2 && !err; pass++) {
+		if (pass == 1 && s.after <= s.before)
+			break; /* pins no more than before */
+		for (size_t i = 0; i < n && !err; i++) {
+			bool overlaps = path_within(roots[i], path) || path_within(path, roots[i]);
+			if (overlaps != (pass == 0))
+				continue;
+			/* a new pin's directories may not be listed yet; older pins' are */
+			bool adding = i == 0 && s.adding; /* pin_roots puts it first */
+			s.skip_adding = s.adding && !adding;
+			err = mst_walk(m, roots[i], adding, sum_pinned, NULL, &s, em);
+			if (err == -ENOENT &&
+			    !adding) /* an older pin's data is gone: it holds nothing */
+				err = 0;
+			if (err) { /* say which change failed, and on whose data */
+				char was[sizeof(em->text)];
+				snprintf(was, sizeof(was), "%s", cis_errmsg_or(em, err));
+				if (!strcmp(roots[i], path))
+					cis_fail(em, err, "%s %s: %s", op, path, was);
+				else
+					cis_fail(em, err,
+					         "%s %s: counting the pinned data under %s: %s", op,
+					         path, roots[i], was);
+			}
+		}
 	}
 	mst_strv_free(roots, n);
 	if (err)
 		return err;
+	if (s.after <= s.before)
+		return 0;
 	json_t *w = mst_workers_json(m->workers);
 	uint64_t cap = 0;
 	size_t i;
@@ -1376,14 +1407,14 @@ int mst_pin_check(mst_master *m, const char *path, int pin, int64_t replicas, bo
 	json_array_foreach(json_object_get(w, "workers"), i, v) cap +=
 	    (uint64_t)json_integer_value(json_object_get(v, "capacity"));
 	json_decref(w);
-	if (s.after > cap && s.after > s.before) {
+	if (s.after > cap) {
 		char need[32], have[32];
 		cis_fmt_size(s.after, need, sizeof(need));
 		cis_fmt_size(cap, have, sizeof(have));
 		return cis_fail(em, -ENOSPC,
 		                "%s %s: the pinned data would be %s (replicas counted), more than "
 		                "the cache's %s",
-		                pin == 1 ? "pin" : "replicas of", path, need, have);
+		                op, path, need, have);
 	}
 	return 0;
 }

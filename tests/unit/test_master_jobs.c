@@ -1498,6 +1498,47 @@ Test(jobs, replicas_of_pinned_data_must_fit_the_cache)
 	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"pin\": false, \"replicas\": 5}"), 200);
 }
 
+/* A pinned root no walk can read: its name has a component longer than
+ * any name (stored as it is, past mst_policy_update's checks). */
+static void pin_unreadable_root(void)
+{
+	char key[400] = "/m/";
+	memset(key + 3, 'x', 300);
+	key[303] = 0;
+	MDB_txn *txn;
+	cr_assert_eq(mst_txn_begin(m, true, &txn), 0);
+	MDB_val k = {strlen(key), key}, v = {strlen("{\"pin\":true}"), "{\"pin\":true}"};
+	cr_assert_eq(mdb_put(txn, m->dbi_policies, &k, &v, 0), 0);
+	cr_assert_eq(mst_txn_commit(txn), 0);
+}
+
+/* A target changed where nothing is pinned cannot add pinned bytes: it
+ * walks no pinned data (every pinned file was walked, under the policy
+ * lock, on each setrep or load --replicas), so a pinned root elsewhere
+ * that cannot be walked does not fail it. Where the change needs that
+ * root, the error says which change and whose data. */
+Test(jobs, replicas_away_from_pinned_data_walk_none)
+{
+	cis_errmsg em = {{0}};
+	fake_worker(100);
+	pin_unreadable_root();
+	cr_assert_eq(post_policy("{\"path\": \"/m/b.txt\", \"replicas\": 2}"), 200);
+	uint64_t id;
+	mst_job_req r = {.type = "load", .path = "/m/a.txt", .replicas = 3, .metadata_only = true};
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	/* pinned data within the path, none added: unpin with a target */
+	cr_assert_eq(mst_policy_update(m, "/m/sub/c.bin", -1, 1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(post_policy("{\"path\": \"/m/sub\", \"pin\": false, \"replicas\": 2}"), 200);
+	/* the unreadable root overlaps the path */
+	cr_assert_eq(mst_pin_check(m, "/m", -1, 2, false, &em), -ENAMETOOLONG);
+	cr_assert(strstr(em.text, "replicas of /m: counting the pinned data under /m/xxx"), "%s",
+	          em.text);
+	/* a pin adds bytes: the total takes every pinned root */
+	cr_assert_eq(mst_pin_check(m, "/m/a.txt", 1, -1, false, &em), -ENAMETOOLONG);
+	cr_assert(strstr(em.text, "pin /m/a.txt: counting the pinned data under /m/xxx"), "%s",
+	          em.text);
+}
+
 /* An unmount drops the policies at and below the mount point: they were
  * for that store's data, not for what is mounted there next. */
 Test(jobs, unmount_drops_the_policies_below_it)
