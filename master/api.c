@@ -648,17 +648,19 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	}
 	if (!jr && !jp && !jt)
 		return fail_msg(out, 400, "nothing to set: give replicas, pin or ttl");
-	/* the policy of what the path leads to (links followed) */
+	/* the policy of what the path leads to (links followed), resolved
+	 * under policy_lock: an unmount drops the mount's policies under it,
+	 * so none is kept below a mount that is gone */
 	char real[MST_PATH_MAX + 1];
-	err = mst_ns_realpath(m, path, true, real, NULL, &em);
-	if (err)
-		return fail(out, err, &em);
-	path = real;
 	uint64_t job = 0;
 	pthread_mutex_lock(&m->policy_lock);
+	err = mst_ns_realpath(m, path, true, real, NULL, &em);
+	if (!err)
+		path = real;
 	/* The capacity check comes first, before the policy is kept: a pin, and
 	 * more copies of pinned data, with both of this request's settings. */
-	err = mst_pin_check(m, path, jp ? pin : -1, jr ? (int64_t)rep : -1, rec && jr, &em);
+	if (!err)
+		err = mst_pin_check(m, path, jp ? pin : -1, jr ? (int64_t)rep : -1, rec && jr, &em);
 	if (!err && jp) {
 		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path, .pin_checked = true};
 		err = mst_job_submit_locked(m, &r, &job, &em);

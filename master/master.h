@@ -86,7 +86,8 @@ typedef struct mst_master {
 	size_t ngraves;
 	pthread_mutex_t mount_op_lock; /* one mount/unmount at a time */
 	/* One policy change at a time: a job's submission with the policy it
-	 * reads and keeps (pin, replicas). */
+	 * reads and keeps (pin, replicas), and an unmount's drop of the
+	 * policies below it. Taken after mount_op_lock, before mounts_lock. */
 	pthread_mutex_t policy_lock;
 
 	pthread_mutex_t flight_lock; /* single flight of directory listings */

@@ -480,10 +480,15 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 		err = cis_fail(em, -EBUSY, "%s has nested mounts: unmount them first", mt->path);
 		goto out_unlock;
 	}
+	/* A policy change resolves its path and keeps its policy under
+	 * policy_lock: holding it from the transaction until the mount is gone
+	 * from m->mounts, no policy is kept below the mount after its policies
+	 * are dropped (nor a pin job started there). */
+	pthread_mutex_lock(&m->policy_lock);
 	MDB_txn *txn;
 	err = mst_txn_begin(m, true, &txn);
 	if (err)
-		goto out_unlock;
+		goto out_policy;
 	uint64_t kbe = htobe64(mt->id);
 	MDB_val k = {8, &kbe};
 	int rc = mdb_del(txn, m->dbi_mounts, &k, NULL);
@@ -532,12 +537,12 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 	if (err) {
 		mdb_txn_abort(txn);
 		cis_fail(em, err, "unmount %s: %s", mt->path, cis_strerror(err));
-		goto out_unlock;
+		goto out_policy;
 	}
 	err = mst_txn_commit(txn);
 	if (err) {
 		cis_fail(em, err, "unmount %s: lmdb commit failed", mt->path);
-		goto out_unlock;
+		goto out_policy;
 	}
 	pthread_mutex_lock(&m->mounts_lock);
 	m->mounts[idx] = m->mounts[--m->nmounts];
@@ -548,6 +553,8 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 	} /* else: leaked rather than freed under a possible reader */
 	pthread_mutex_unlock(&m->mounts_lock);
 	cis_info("mount removed", "path=%s", mt->path);
+out_policy:
+	pthread_mutex_unlock(&m->policy_lock);
 out_unlock:
 	pthread_mutex_unlock(&m->mount_op_lock);
 	return err;
