@@ -82,6 +82,7 @@ struct batch {
 	uint64_t wid;
 	bool pin; /* for every block in it */
 	size_t n;
+	uint64_t bytes; /* the blocks' lengths (a file's last block may be short) */
 	struct task t[LOAD_BATCH];
 };
 
@@ -469,23 +470,38 @@ static void mark_bad(struct job *j, uint64_t wid, uint64_t for_ms)
 	j->bad[slot].until_ms = cis_mono_ms() + for_ms;
 }
 
-/* Blocks per batch: LOAD_BATCH, or under a bandwidth cap at most one
- * second of it (one block at least), so a load shorter than a batch is
- * capped too (the cap allows one batch on credit). */
-static size_t batch_blocks(const struct job *j, uint64_t block_size)
+/* The bytes of t's block: the block size, less at the file's end. */
+static uint64_t task_bytes(const struct task *t)
 {
-	if (!j->bandwidth || !block_size)
-		return LOAD_BATCH;
-	uint64_t n = j->bandwidth / block_size;
-	return n < 1 ? 1 : n > LOAD_BATCH ? LOAD_BATCH : (size_t)n;
+	uint64_t end = (t->index + 1) * t->f->bs;
+	return (end > t->f->size ? t->f->size : end) - t->index * t->f->bs;
+}
+
+/* b goes on the queue. Caller holds js->lock. */
+static void queue_batch(struct job *j, struct batch *b)
+{
+	if (j->qtail)
+		j->qtail->next = b;
+	else
+		j->qhead = b;
+	j->qtail = b;
+	j->qlen++;
+	pthread_cond_broadcast(&j->cond);
 }
 
 /* Append the task to worker wid's pending batch; a full batch goes on the
- * queue. Caller holds js->lock. */
+ * queue. A batch is full at LOAD_BATCH blocks, or under a bandwidth cap
+ * at one second of it in bytes (the blocks' real lengths: small files'
+ * blocks are far shorter than the block size), one block at least: a
+ * block that would take it past the second starts the next batch, and
+ * one that leaves less room than its own length closes it. So a load
+ * shorter than a batch is capped too (the cap allows one batch on
+ * credit). Caller holds js->lock. */
 static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 {
 	/* a batch per worker and pin flag: the slot's key has the flag in bit 63 */
 	uint64_t key = wid | (t->f->pin ? 1ull << 63 : 0);
+	uint64_t len = task_bytes(t), cap = j->bandwidth;
 	size_t i;
 	for (i = 0; i < j->npend; i++)
 		if (j->pend_ids[i] == key)
@@ -503,6 +519,10 @@ static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 		j->pending[i] = NULL;
 		j->npend++;
 	}
+	if (cap && j->pending[i] && j->pending[i]->bytes + len > cap) {
+		queue_batch(j, j->pending[i]); /* t would take it past a second */
+		j->pending[i] = NULL;
+	}
 	if (!j->pending[i]) {
 		j->pending[i] = calloc(1, sizeof(struct batch));
 		if (!j->pending[i])
@@ -512,15 +532,10 @@ static int pend_task(struct job *j, uint64_t wid, const struct task *t)
 	}
 	struct batch *b = j->pending[i];
 	b->t[b->n++] = *t;
-	if (b->n >= batch_blocks(j, t->f->bs)) {
+	b->bytes += len;
+	if (b->n >= LOAD_BATCH || (cap && (b->bytes >= cap || cap - b->bytes < len))) {
 		j->pending[i] = NULL;
-		if (j->qtail)
-			j->qtail->next = b;
-		else
-			j->qhead = b;
-		j->qtail = b;
-		j->qlen++;
-		pthread_cond_broadcast(&j->cond);
+		queue_batch(j, b);
 	}
 	return 0;
 }
@@ -533,12 +548,7 @@ static void flush_pending(struct job *j)
 		if (!b)
 			continue;
 		j->pending[i] = NULL;
-		if (j->qtail)
-			j->qtail->next = b;
-		else
-			j->qhead = b;
-		j->qtail = b;
-		j->qlen++;
+		queue_batch(j, b);
 	}
 	pthread_cond_broadcast(&j->cond);
 }
@@ -660,8 +670,7 @@ static void send_batch(struct job *j, struct batch *b)
 		refs[i].block_size = t->f->bs;
 		refs[i].file_size = t->f->size;
 		rp[i] = &refs[i];
-		uint64_t end = (t->index + 1) * t->f->bs;
-		bytes += (end > t->f->size ? t->f->size : end) - t->index * t->f->bs;
+		bytes += task_bytes(t);
 	}
 	throttle(j, bytes);
 	rq.n_blocks = b->n;

@@ -1012,9 +1012,15 @@ Test(jobs, bad_job_ids_in_a_query_are_refused)
 /* ---- a worker that answers Load ---- */
 
 /* Every block cached (lw_cached) or fetched in full, answered after
- * lw_delay_ms on a thread of its own (lw_drain answers those at once). */
+ * lw_delay_ms on a thread of its own (lw_drain answers those at once).
+ * The first LW_KEPT batches' arrival times and block counts are kept:
+ * slots below lw_batches are written (one server thread writes them,
+ * before it counts the batch). */
+#define LW_KEPT 256
 static atomic_int lw_cached, lw_delay_ms, lw_release, lw_late;
 static atomic_uint lw_blocks, lw_batches;
+static uint64_t lw_batch_ms[LW_KEPT];
+static size_t lw_batch_blocks[LW_KEPT];
 
 struct lw_call {
 	cis_rpc_conn *conn;
@@ -1071,6 +1077,11 @@ static void load_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
 	}
 	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
 	cr_assert(q);
+	unsigned k = atomic_load(&lw_batches);
+	if (k < LW_KEPT) {
+		lw_batch_ms[k] = cis_mono_ms();
+		lw_batch_blocks[k] = q->n_blocks;
+	}
 	atomic_fetch_add(&lw_blocks, (unsigned)q->n_blocks);
 	atomic_fetch_add(&lw_batches, 1);
 	int delay = atomic_load(&lw_delay_ms);
@@ -1380,6 +1391,38 @@ Test(jobs, bandwidth_debt_holds_back_the_next_batch)
 	             atomic_load(&lw_blocks));
 	json_decref(cancel_within_a_second(id));
 	cr_assert_leq(atomic_load(&lw_blocks), 12);
+	end_slow_load(srv);
+}
+
+/* Under a cap a batch holds one second of it in bytes, not in block
+ * sizes: 40 files of 1000 bytes (4 KiB blocks) at 16000 B/s go 16 to a
+ * batch (16000 bytes), not 4 (16000 / 4096: a quarter of a second each). */
+Test(jobs, a_capped_batch_counts_the_bytes_of_small_files)
+{
+	cis_errmsg em = {{0}};
+	char dir[400], name[32], uri[500];
+	snprintf(dir, sizeof(dir), "%s/small", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	char content[1001];
+	memset(content, 'x', 1000);
+	content[1000] = 0;
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		put_file(dir, name, content);
+	}
+	reopen_with_threads(60000);
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	mst_mount_req mr = {.path = "/sm", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &mr, NULL, &em), 0, "%s", em.text);
+	cis_rpc_server *srv = serve_worker(load_worker);
+	mst_job_req r = {.type = "load", .path = "/sm", .parallel = 1, .bandwidth = 16000};
+	uint64_t id, t0 = cis_mono_ms();
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	while (!atomic_load(&lw_batches) && cis_mono_ms() - t0 < 10000)
+		cis_sleep_ms(10);
+	cr_assert(atomic_load(&lw_batches), "no batch reached the worker");
+	cr_assert_eq(lw_batch_blocks[0], 16, "the first batch held %zu files", lw_batch_blocks[0]);
+	json_decref(cancel_within_a_second(id));
 	end_slow_load(srv);
 }
 
