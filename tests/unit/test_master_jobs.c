@@ -1506,7 +1506,7 @@ Test(jobs, policy_on_a_path_not_utf8_is_listed_and_used)
 	for (int round = 0; round < 2; round++) {
 		cr_assert_eq(api("GET", "/api/v1/policies", NULL, NULL, &o), 200);
 		json_t *ps = json_object_get(o, "policies");
-		cr_assert_eq(json_array_size(ps), 1 + round, "and /m/a.txt's pin");
+		cr_assert_eq(json_array_size(ps), (size_t)(1 + round), "and /m/a.txt's pin");
 		json_t *p = json_array_get(ps, round); /* in bytewise order */
 		cr_assert_str_eq(str(p, "path"), "/m/caf?");
 		cr_assert_str_eq(str(p, "path_hex"), "2f6d2f636166e9");
