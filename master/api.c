@@ -80,17 +80,18 @@ int mst_json_set_text(json_t *o, const char *key, const char *s)
 static json_t *inode_json(const mst_inode *i, const char *path)
 {
 	bool link = i->type == MST_LINK;
-	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:o, s:I, s:o, s:b}",
-	                      "inode", (json_int_t)i->id, "parent", (json_int_t)i->parent, "name",
-	                      mst_json_text(i->name), "path", mst_json_text(path), "type",
+	json_t *j = json_pack("{s:I, s:I, s:s, s:I, s:I, s:I, s:o, s:I, s:b}", "inode",
+	                      (json_int_t)i->id, "parent", (json_int_t)i->parent, "type",
 	                      i->type == MST_DIR ? "dir"
 	                      : link             ? "link"
 	                                         : "file",
 	                      "size", (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns,
 	                      "mode", (json_int_t)i->mode, "version", mst_json_text(i->version),
-	                      "mount_id", (json_int_t)i->mount_id, "key",
-	                      mst_json_text(link ? "" : i->key), "mount_point", i->mount_point);
-	/* A text that is not UTF-8 shows with '?', exactly in link_target_hex. */
+	                      "mount_id", (json_int_t)i->mount_id, "mount_point", i->mount_point);
+	/* A text that is not UTF-8 shows with '?', exactly in NAME_hex: a
+	 * client names such an entry back by its path_hex (ls -R). */
+	j = with_text(with_text(with_text(j, "name", i->name), "path", path), "key",
+	              link ? "" : i->key);
 	return link ? with_text(j, "link_target", i->link_target) : j;
 }
 

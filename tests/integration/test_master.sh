@@ -80,16 +80,20 @@ out=$(cli stat /dir/b.txt)
 assert_contains "$out" "key:      dir/b.txt"
 out=$(cli ls -R --json /dir)
 assert_contains "$out" '"name": "b.txt"'
-# ls -R goes on past a directory it cannot list (a non-UTF-8 name, shown
-# with '?', cannot be named back), and fails at the end.
+# ls -R goes into a directory whose name is not UTF-8: the entry's path
+# shows it with '?' and path_hex names it exactly (before, it could not be
+# named back, and ls -R failed there).
 mkdir -p "$ROOT/rec/$(printf 'bad\xff')" "$ROOT/rec/d" "$ROOT/rec/zz"
+echo x >"$ROOT/rec/$(printf 'bad\xff')/inside.txt"
 echo x >"$ROOT/rec/zz/last.txt"
 cli sync / >/dev/null
 rc=0
 out=$(cli ls -R /rec) || rc=$?
-assert_eq "$rc" 1 "ls -R with a directory it cannot list"
-assert_contains "$out" "/rec/zz:" "ls -R went on past the failing directory"
+assert_eq "$rc" 0 "ls -R into a directory not named in UTF-8"
+assert_contains "$out" "inside.txt" "ls -R listed the directory not named in UTF-8"
 assert_contains "$out" "last.txt" "ls -R listed the directories after it"
+out=$(cli ls --json /rec)
+assert_contains "$out" '"path_hex": "2f7265632f626164ff"' "the entry's exact path"
 rm -rf "$ROOT/rec"
 # stat of a link shows the link; with a trailing slash, what it leads to.
 ln -s dir "$ROOT/latest"
