@@ -1296,6 +1296,16 @@ Test(jobs, cancel_does_not_wait_for_a_slow_worker)
 	end_slow_load(srv);
 }
 
+/* Mount the directory dir of the file store at path, in 4 KiB blocks. */
+static void mount_4k(const char *dir, const char *path)
+{
+	char uri[520];
+	cis_errmsg em = {{0}};
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	mst_mount_req r = {.path = path, .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
+	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), 0, "%s", em.text);
+}
+
 /* A huge file is queued as the senders take its batches: its first batch
  * reaches the worker at once and a cancel is quick. Before, the 16M blocks
  * of this 64 GiB file (sparse, 4 KiB blocks) were all queued with the
@@ -1303,7 +1313,7 @@ Test(jobs, cancel_does_not_wait_for_a_slow_worker)
 Test(jobs, a_huge_file_is_queued_as_the_senders_go)
 {
 	cis_errmsg em = {{0}};
-	char dir[400], path[500], uri[420];
+	char dir[400], path[500];
 	snprintf(dir, sizeof(dir), "%s/huge", tmp);
 	cr_assert_eq(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/big", dir);
@@ -1312,9 +1322,7 @@ Test(jobs, a_huge_file_is_queued_as_the_senders_go)
 	fclose(fp);
 	cr_assert_eq(truncate(path, 64ll << 30), 0);
 	reopen_with_threads(60000);
-	snprintf(uri, sizeof(uri), "file://%s", dir);
-	mst_mount_req mr = {.path = "/h", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
-	cr_assert_eq(mst_mount_add(m, &mr, NULL, &em), 0, "%s", em.text);
+	mount_4k(dir, "/h");
 	atomic_store(&lw_delay_ms, 20000);
 	cis_rpc_server *srv = serve_worker(load_worker);
 	mst_job_req r = {.type = "load", .path = "/h"};
@@ -1355,7 +1363,7 @@ Test(jobs, close_does_not_wait_for_a_slow_worker)
  * (64 blocks, 256 KiB, make a batch). */
 static void bw_mount(int nblocks)
 {
-	char dir[400], p[500], uri[500];
+	char dir[400], p[500];
 	snprintf(dir, sizeof(dir), "%s/bw", store);
 	mkdir(dir, 0755);
 	snprintf(p, sizeof(p), "%s/big.bin", dir);
@@ -1364,10 +1372,7 @@ static void bw_mount(int nblocks)
 	for (int i = 0; i < nblocks * 4096; i++)
 		fputc('x', f);
 	fclose(f);
-	snprintf(uri, sizeof(uri), "file://%s", dir);
-	cis_errmsg em = {{0}};
-	mst_mount_req r = {.path = "/bw", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
-	cr_assert_eq(mst_mount_add(m, &r, NULL, &em), 0, "%s", em.text);
+	mount_4k(dir, "/bw");
 }
 
 /* --bandwidth is one bucket for all the job's senders, and its debt
@@ -1432,7 +1437,7 @@ Test(jobs, bandwidth_debt_holds_back_the_next_batch)
 Test(jobs, a_capped_batch_counts_the_bytes_of_small_files)
 {
 	cis_errmsg em = {{0}};
-	char dir[400], name[32], uri[500];
+	char dir[400], name[32];
 	snprintf(dir, sizeof(dir), "%s/small", store);
 	cr_assert_eq(mkdir(dir, 0755), 0);
 	char content[1001];
@@ -1443,9 +1448,7 @@ Test(jobs, a_capped_batch_counts_the_bytes_of_small_files)
 		put_file(dir, name, content);
 	}
 	reopen_with_threads(60000);
-	snprintf(uri, sizeof(uri), "file://%s", dir);
-	mst_mount_req mr = {.path = "/sm", .uri = uri, .block_size = 4096, .sync_interval_ms = 0};
-	cr_assert_eq(mst_mount_add(m, &mr, NULL, &em), 0, "%s", em.text);
+	mount_4k(dir, "/sm");
 	cis_rpc_server *srv = serve_worker(load_worker);
 	mst_job_req r = {.type = "load", .path = "/sm", .parallel = 1, .bandwidth = 16000};
 	uint64_t id, t0 = cis_mono_ms();
