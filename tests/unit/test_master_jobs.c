@@ -590,6 +590,8 @@ static struct {
 	unsigned pinned, unpinned, loaded_pinned, loaded_plain;
 } seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static void lw_answer(cis_rpc_conn *conn, const cis_frame_hdr *hdr, const Cis__LoadRequest *q);
+
 static void recording_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
                              const uint8_t *msg, struct evbuffer *data)
 {
@@ -613,19 +615,7 @@ static void recording_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr 
 		pthread_mutex_lock(&seen.lock);
 		*(q->pin ? &seen.loaded_pinned : &seen.loaded_plain) += (unsigned)q->n_blocks;
 		pthread_mutex_unlock(&seen.lock);
-		Cis__BlockResult res[8], *rp[8];
-		cr_assert(q->n_blocks <= 8);
-		for (size_t i = 0; i < q->n_blocks; i++) {
-			cis__block_result__init(&res[i]);
-			res[i].id = q->blocks[i]->id;
-			res[i].length = q->blocks[i]->file_size;
-			rp[i] = &res[i];
-		}
-		Cis__LoadReply r = CIS__LOAD_REPLY__INIT;
-		r.job_id = q->job_id;
-		r.n_results = q->n_blocks;
-		r.results = rp;
-		cis_rpc_reply(conn, hdr, &r.base, 0);
+		lw_answer(conn, hdr, q);
 		cis__load_request__free_unpacked(q, NULL);
 		return;
 	}
