@@ -15,18 +15,18 @@
 
 const char *const mst_api_query_names[] = {"path", "recursive", "limit", "cookie", "id", NULL};
 
-/* Error texts often name a path, which may be any bytes: mst_json_text
- * (defined below) keeps them JSON. */
+/* Error texts often name a path, which may be any bytes: cis_json_text
+ * keeps them JSON. */
 static int fail(json_t **out, int code, const cis_errmsg *em)
 {
 	*out =
-	    json_pack("{s:o, s:i}", "error", mst_json_text(cis_errmsg_or(em, code)), "code", code);
+	    json_pack("{s:o, s:i}", "error", cis_json_text(cis_errmsg_or(em, code)), "code", code);
 	return cis_http_status_of(code);
 }
 
 static int fail_msg(json_t **out, int status, const char *msg)
 {
-	*out = json_pack("{s:o}", "error", mst_json_text(msg));
+	*out = json_pack("{s:o}", "error", cis_json_text(msg));
 	return status;
 }
 
@@ -40,32 +40,17 @@ static json_t *with_text(json_t *o, const char *key, const char *text)
 	return o;
 }
 
-json_t *mst_json_text(const char *s)
-{
-	json_t *v = json_string(s);
-	if (v)
-		return v;
-	char *t = strdup(s);
-	for (char *c = t; c && *c; c++)
-		if ((unsigned char)*c >= 0x80)
-			*c = '?';
-	v = t ? json_string(t) : NULL;
-	free(t);
-	return v;
-}
-
 int mst_json_set_text(json_t *o, const char *key, const char *s)
 {
 	char hk[64];
-	if (json_object_set_new(o, key, mst_json_text(s)))
-		return -ENOMEM;
 	snprintf(hk, sizeof(hk), "%s_hex", key);
-	json_t *v = json_string(s);
-	if (v) { /* UTF-8: the text is exact */
-		json_decref(v);
+	json_t *v = json_string(s); /* NULL: not UTF-8 */
+	if (v) {                    /* the text is exact */
 		json_object_del(o, hk);
-		return 0;
+		return json_object_set_new(o, key, v) ? -ENOMEM : 0;
 	}
+	if (json_object_set_new(o, key, cis_json_text(s)))
+		return -ENOMEM;
 	size_t n = strlen(s);
 	char *hex = malloc(2 * n + 1);
 	if (!hex)
@@ -86,7 +71,7 @@ static json_t *inode_json(const mst_inode *i, const char *path)
 	                      : link             ? "link"
 	                                         : "file",
 	                      "size", (json_int_t)i->size, "mtime_ns", (json_int_t)i->mtime_ns,
-	                      "mode", (json_int_t)i->mode, "version", mst_json_text(i->version),
+	                      "mode", (json_int_t)i->mode, "version", cis_json_text(i->version),
 	                      "mount_id", (json_int_t)i->mount_id, "mount_point", i->mount_point);
 	/* A text that is not UTF-8 shows with '?', exactly in NAME_hex: a
 	 * client names such an entry back by its path_hex (ls -R). */

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cistern/config.h"
+#include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
 #include "cistern/place.h"
@@ -232,7 +233,7 @@ static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 	if (j->cursor)
 		set_path(o, "cursor", j->cursor);
 	if (j->error[0])
-		json_object_set_new(o, "error", mst_json_text(j->error));
+		json_object_set_new(o, "error", cis_json_text(j->error));
 	json_t *f = json_array();
 	for (size_t i = 0; i < json_array_size(j->failures) && i < max_failures; i++)
 		json_array_append(f, json_array_get(j->failures, i));
@@ -362,7 +363,7 @@ static void add_failure(struct job *j, const char *path, const char *msg)
 		return;
 	json_t *f = json_object();
 	set_path(f, "path", path);
-	json_object_set_new(f, "error", mst_json_text(msg));
+	json_object_set_new(f, "error", cis_json_text(msg));
 	json_array_append_new(j->failures, f);
 }
 

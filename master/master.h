@@ -394,10 +394,7 @@ void mst_rpc_handler(void *ctx, struct cis_rpc_conn *conn, const struct cis_fram
  * reply body (caller's); returns the HTTP status. */
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out);
-/* s as a JSON string; one that is not UTF-8 (a file:// store's names may be
- * any bytes, and JSON strings may not) with its bytes over 0x7f as '?'. */
-json_t *mst_json_text(const char *s);
-/* o[key] = mst_json_text(s), and o[key + "_hex"] = s's bytes in hex when s
+/* o[key] = cis_json_text(s), and o[key + "_hex"] = s's bytes in hex when s
  * is not UTF-8 (so a client can still name it exactly); -ENOMEM or 0. */
 int mst_json_set_text(json_t *o, const char *key, const char *s);
 /* The query parameter names mst_api_handle reads. */

@@ -163,22 +163,27 @@ void cis_http_reply_json(cis_http_req *r, int status, json_t *body)
 	free(s);
 }
 
+json_t *cis_json_text(const char *s)
+{
+	json_t *v = json_string(s);
+	if (v)
+		return v;
+	char *t = strdup(s);
+	for (char *c = t; c && *c; c++)
+		if ((unsigned char)*c >= 0x80)
+			*c = '?';
+	v = t ? json_string(t) : NULL;
+	free(t);
+	return v;
+}
+
 static void reply_error_v(cis_http_req *r, int status, const char *fmt, va_list ap)
 {
 	char msg[1024];
-	json_t *o;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	o = json_pack("{s:s}", "error", msg);
-	if (!o) {
-		/* Not UTF-8 (a request path's bytes, or cut short mid-character):
-		 * JSON strings must be, so those bytes show as '?'. */
-		for (char *c = msg; *c; c++)
-			if ((unsigned char)*c >= 0x80)
-				*c = '?';
-		o = json_pack("{s:s}", "error", msg);
-	}
-	cis_http_reply_json(r, status, o);
+	/* a request path's bytes, or a text cut short mid-character */
+	cis_http_reply_json(r, status, json_pack("{s:o}", "error", cis_json_text(msg)));
 }
 
 void cis_http_reply_error(cis_http_req *r, int status, const char *fmt, ...)
