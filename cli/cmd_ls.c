@@ -1,11 +1,11 @@
 /* cistern ls / stat. */
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/json_text.h"
 #include "cli.h"
 
 static const cis_opt ls_opts[] = {
@@ -114,26 +114,6 @@ static void json_doc_close(const struct ls_how *how, bool any, bool eof)
 	       how->rec ? "" : "\n");
 }
 
-/* The bytes a path_hex names, malloc'd; NULL when it is not hex of a
- * path (odd length, no hex digits, or a NUL inside). */
-static char *unhex(const char *hex)
-{
-	size_t n = strlen(hex);
-	char *p = n % 2 ? NULL : malloc(n / 2 + 1);
-	for (size_t i = 0; p && i < n / 2; i++) {
-		unsigned v;
-		if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !isxdigit((unsigned char)hex[2 * i]) ||
-		    !isxdigit((unsigned char)hex[2 * i + 1]) || v == 0) {
-			free(p);
-			return NULL;
-		}
-		p[i] = (char)v;
-	}
-	if (p)
-		p[n / 2] = 0;
-	return p;
-}
-
 /* List one directory (all pages); with -R, the directories below it too.
  * A directory that fails is reported and the rest is listed: the result
  * is the first failure, after everything else was listed. With --json a
@@ -172,14 +152,12 @@ static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 			}
 			any = true;
 			const char *sub = json_string_value(json_object_get(e, "path"));
-			const char *hex = json_string_value(json_object_get(e, "path_hex"));
 			if (!rc && how->rec && sub && !strcmp(cli_jstr(e, "type"), "dir")) {
 				char **ns = realloc(subs, (nsubs + 1) * sizeof(*ns));
 				if (ns) {
 					subs = ns;
 					/* a name not UTF-8 is only exact in hex */
-					char *exact = hex ? unhex(hex) : NULL;
-					subs[nsubs] = exact ? exact : strdup(sub);
+					subs[nsubs] = cis_json_get_text(e, "path");
 				}
 				if (!ns || !subs[nsubs++])
 					rc = -ENOMEM; /* the rest of this page still prints */

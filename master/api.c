@@ -9,6 +9,7 @@
 
 #include "cistern/config.h"
 #include "cistern/http.h"
+#include "cistern/json_text.h"
 #include "cistern/log.h"
 #include "cistern/proto/common.pb-c.h"
 #include "master.h"
@@ -30,36 +31,14 @@ static int fail_msg(json_t **out, int status, const char *msg)
 	return status;
 }
 
-/* o[key] = text as mst_json_set_text sets it; on failure o is dropped. */
+/* o[key] = text as cis_json_set_text sets it; on failure o is dropped. */
 static json_t *with_text(json_t *o, const char *key, const char *text)
 {
-	if (o && mst_json_set_text(o, key, text)) {
+	if (o && cis_json_set_text(o, key, text)) {
 		json_decref(o);
 		return NULL;
 	}
 	return o;
-}
-
-int mst_json_set_text(json_t *o, const char *key, const char *s)
-{
-	char hk[64];
-	snprintf(hk, sizeof(hk), "%s_hex", key);
-	json_t *v = json_string(s); /* NULL: not UTF-8 */
-	if (v) {                    /* the text is exact */
-		json_object_del(o, hk);
-		return json_object_set_new(o, key, v) ? -ENOMEM : 0;
-	}
-	if (json_object_set_new(o, key, cis_json_text(s)))
-		return -ENOMEM;
-	size_t n = strlen(s);
-	char *hex = malloc(2 * n + 1);
-	if (!hex)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)s[i]);
-	int rc = json_object_set_new(o, hk, json_string(hex));
-	free(hex);
-	return rc ? -ENOMEM : 0;
 }
 
 static json_t *inode_json(const mst_inode *i, const char *path)

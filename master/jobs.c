@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "cistern/config.h"
-#include "cistern/http.h"
+#include "cistern/json_text.h"
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
 #include "cistern/place.h"
@@ -170,52 +170,6 @@ static void counts_from(struct counts *c, json_t *o)
 }
 
 /* Caller holds js->lock. */
-/* A path into a record: as text when it is UTF-8 (JSON strings must be),
- * else in hex under key_hex (a file:// store's names may be any bytes). */
-static void set_path(json_t *o, const char *key, const char *path)
-{
-	json_t *v = json_string(path);
-	char hk[32];
-	snprintf(hk, sizeof(hk), "%s_hex", key);
-	if (v) {
-		json_object_set_new(o, key, v);
-		return;
-	}
-	size_t n = strlen(path);
-	char *hex = malloc(2 * n + 1);
-	if (!hex)
-		return;
-	for (size_t i = 0; i < n; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)path[i]);
-	json_object_set_new(o, hk, json_string(hex));
-	free(hex);
-}
-
-/* The path set_path stored, malloc'd, or NULL. */
-static char *get_path(json_t *o, const char *key)
-{
-	const char *v = json_string_value(json_object_get(o, key));
-	if (v)
-		return strdup(v);
-	char hk[32];
-	snprintf(hk, sizeof(hk), "%s_hex", key);
-	const char *hex = json_string_value(json_object_get(o, hk));
-	size_t n = hex ? strlen(hex) : 0;
-	char *p = hex && n % 2 == 0 ? malloc(n / 2 + 1) : NULL;
-	if (!p)
-		return NULL;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned b;
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1 || b == 0) {
-			free(p);
-			return NULL;
-		}
-		p[i] = (char)b;
-	}
-	p[n / 2] = 0;
-	return p;
-}
-
 static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 {
 	json_t *o =
@@ -229,9 +183,9 @@ static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 	              (json_int_t)j->failures_total, "expired", j->expired);
 	if (!o)
 		return NULL;
-	set_path(o, "path", j->path);
+	(void)cis_json_set_text(o, "path", j->path);
 	if (j->cursor)
-		set_path(o, "cursor", j->cursor);
+		(void)cis_json_set_text(o, "cursor", j->cursor);
 	if (j->error[0])
 		json_object_set_new(o, "error", cis_json_text(j->error));
 	json_t *f = json_array();
@@ -262,7 +216,7 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->id = (uint64_t)json_integer_value(json_object_get(o, "id"));
 	snprintf(j->type, sizeof(j->type), "%s",
 	         json_string_value(json_object_get(o, "type")) ?: "");
-	j->path = get_path(o, "path");
+	j->path = cis_json_get_text(o, "path");
 	const char *st = json_string_value(json_object_get(o, "state")) ?: "";
 	for (int i = 0; i < 4; i++)
 		if (!strcmp(st, state_names[i]))
@@ -278,7 +232,7 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->expired = json_is_true(json_object_get(o, "expired"));
 	j->created_ns = json_integer_value(json_object_get(o, "created_ns"));
 	j->finished_ns = json_integer_value(json_object_get(o, "finished_ns"));
-	j->cursor = get_path(o, "cursor");
+	j->cursor = cis_json_get_text(o, "cursor");
 	j->resume_after = j->cursor ? strdup(j->cursor) : NULL;
 	counts_from(&j->c, json_object_get(o, "counts"));
 	j->failures_total = (uint64_t)json_integer_value(json_object_get(o, "failures_total"));
@@ -362,7 +316,7 @@ static void add_failure(struct job *j, const char *path, const char *msg)
 	if (json_array_size(j->failures) >= FAILURES_KEPT)
 		return;
 	json_t *f = json_object();
-	set_path(f, "path", path);
+	(void)cis_json_set_text(f, "path", path);
 	json_object_set_new(f, "error", cis_json_text(msg));
 	json_array_append_new(j->failures, f);
 }
@@ -1707,7 +1661,7 @@ static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, const
 		if (json_integer_value(json_object_get(o, "id")) <= id || !type ||
 		    strcmp(type, "load"))
 			continue;
-		char *p = get_path(o, "path");
+		char *p = cis_json_get_text(o, "path");
 		if (p && load_live(m, o, p, now_ns)) {
 			bool running = !strcmp(json_string_value(json_object_get(o, "state")) ?: "",
 			                       "running");
@@ -1789,7 +1743,7 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 		if (!type || strcmp(type, "load") || !st || !strcmp(st, "running") || !fin ||
 		    json_is_true(json_object_get(o, "expired")))
 			continue;
-		char *path = get_path(o, "path"); /* any bytes: hex in the record */
+		char *path = cis_json_get_text(o, "path"); /* any bytes: hex in the record */
 		if (path)
 			expire_one(m, all, o, path, fin, now_ns, started);
 		free(path);

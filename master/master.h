@@ -394,9 +394,6 @@ void mst_rpc_handler(void *ctx, struct cis_rpc_conn *conn, const struct cis_fram
  * reply body (caller's); returns the HTTP status. */
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out);
-/* o[key] = cis_json_text(s), and o[key + "_hex"] = s's bytes in hex when s
- * is not UTF-8 (so a client can still name it exactly); -ENOMEM or 0. */
-int mst_json_set_text(json_t *o, const char *key, const char *s);
 /* The query parameter names mst_api_handle reads. */
 extern const char *const mst_api_query_names[];
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/json_text.h"
 #include "master.h"
 
 static json_t *policy_get_raw(mst_master *m, MDB_txn *txn, const char *path, size_t len)
@@ -235,7 +236,7 @@ static int list_one(void *arg, const char *path, json_t *o)
 	json_t *arr = arg;
 	/* "path" as text ('?' for bytes that are not UTF-8), and "path_hex"
 	 * with its exact bytes when it is not UTF-8 */
-	if (mst_json_set_text(o, "path", path) || json_array_append(arr, o))
+	if (cis_json_set_text(o, "path", path) || json_array_append(arr, o))
 		return -ENOMEM;
 	return 0;
 }

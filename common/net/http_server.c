@@ -14,6 +14,7 @@
  * stack, and a handler that returns without replying gets a 500 so that no
  * client hangs. */
 #include "cistern/http.h"
+#include "cistern/json_text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,20 +162,6 @@ void cis_http_reply_json(cis_http_req *r, int status, json_t *body)
 	}
 	cis_http_reply_text(r, status, "application/json", s, n);
 	free(s);
-}
-
-json_t *cis_json_text(const char *s)
-{
-	json_t *v = json_string(s);
-	if (v)
-		return v;
-	char *t = strdup(s);
-	for (char *c = t; c && *c; c++)
-		if ((unsigned char)*c >= 0x80)
-			*c = '?';
-	v = t ? json_string(t) : NULL;
-	free(t);
-	return v;
 }
 
 static void reply_error_v(cis_http_req *r, int status, const char *fmt, va_list ap)

@@ -57,10 +57,6 @@ const char *cis_http_req_query(const cis_http_req *r, const char *name);
  * 400 (malformed or not an object). The caller must then just return. */
 json_t *cis_http_req_json(cis_http_req *r);
 
-/* s as a JSON string, bytes that are not UTF-8 shown as '?' (JSON strings
- * must be UTF-8; a path's bytes need not be); NULL on ENOMEM. */
-json_t *cis_json_text(const char *s);
-
 /* Replies (exactly one per request). The _json variant steals body. */
 void cis_http_reply_json(cis_http_req *r, int status, json_t *body);
 void cis_http_reply_text(cis_http_req *r, int status, const char *content_type, const char *body,
