@@ -177,14 +177,24 @@ void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr
 }
 
 /* Drop the open entry of ino unless it is of version vhash (any version
- * when drop_all). */
-static void open_drop(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all)
+ * when drop_all). One of version vhash is renewed for attr-timeout: the
+ * attributes just put show the master still has that version, which is
+ * all an open would ask it again. So a listing or a lookup made past the
+ * timeout (a new epoch's walk, the kernel's lookups after its own entries
+ * expired) spares every open of the files it names its master request. */
+static void open_update(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all)
 {
 	open_ent e;
 	pthread_mutex_lock(&m->olock);
-	if (fcl_lru_get(m->opens, &ino, sizeof(ino), &e) && (drop_all || e.vhash != vhash)) {
-		fcl_lru_remove(m->opens, &ino, sizeof(ino), NULL);
-		free(e.oi.key);
+	if (fcl_lru_get(m->opens, &ino, sizeof(ino), &e)) {
+		if (drop_all || e.vhash != vhash) {
+			fcl_lru_remove(m->opens, &ino, sizeof(ino), NULL);
+			free(e.oi.key);
+		} else {
+			e.expires_ns = cis_mono_ns() + m->attr_ns;
+			(void)fcl_lru_put(m->opens, &ino, sizeof(ino), &e, NULL,
+			                  NULL); /* in place */
+		}
 	}
 	pthread_mutex_unlock(&m->olock);
 }
@@ -198,7 +208,7 @@ static bool put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 		return false;
 	/* Another version: what its Open said no longer holds. */
 	if (!a->is_dir)
-		open_drop(m, a->ino, a->vhash, false);
+		open_update(m, a->ino, a->vhash, false);
 	return true;
 }
 
@@ -213,7 +223,7 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 	size_t klen = attr_key(k, ino);
 	/* a tombstone (a miss for getattr) that older answers cannot replace */
 	cache_put(m, m->attrs, k, klen, m->attr_ns, true, NULL, fcl_meta_ticket(m));
-	open_drop(m, ino, 0, true);
+	open_update(m, ino, 0, true);
 }
 
 void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)

@@ -365,6 +365,36 @@ Test(fuse_open_cache, other_version_or_forgotten_attrs_invalidate)
 	fcl_meta_free(m);
 }
 
+/* Attributes of the entry's version arriving later (a new epoch's listing,
+ * a lookup) renew it for the attribute timeout: the next open needs no
+ * master request however long ago the file was first opened. */
+Test(fuse_open_cache, same_version_attrs_renew_it)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 1000);
+	fcl_open_info got, oi = open_info("k", "v1", 500);
+	fcl_attr a = {.ino = 9, .size = 500, .mode = 0644, .nlink = 1, .vhash = 77};
+	oi.answered = fcl_meta_ticket(m);
+	fcl_meta_put_open(m, &a, &oi);
+	usleep(600 * 1000);
+	fcl_meta_put(m, 1, "k", &a, fcl_meta_ticket(m)); /* a listing */
+	usleep(600 * 1000); /* 1.2 s after the open, 0.6 s after the listing */
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), 0);
+	cr_assert_str_eq(got.version, "v1");
+	free(got.key);
+	/* Without more attributes it expires in its turn. */
+	usleep(500 * 1000);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	/* Attributes older than the open's answer renew nothing. */
+	oi.answered = fcl_meta_ticket(m);
+	fcl_meta_put_open(m, &a, &oi);
+	usleep(600 * 1000);
+	fcl_meta_put_attr(m, &a, oi.answered - 1);
+	usleep(500 * 1000);
+	cr_assert_eq(fcl_meta_get_open(m, 9, &got), -ENOENT);
+	fcl_meta_free(m);
+}
+
 /* An open answer that arrives after a newer one (opens racing a change in
  * the store) does not replace the newer entry or its attributes. */
 Test(fuse_open_cache, an_older_answer_does_not_replace_a_newer)
