@@ -9,11 +9,13 @@
 #   GPU_LIBS  prepended to LD_LIBRARY_PATH (libraries the machine lacks)
 #   GPU_WORK  scratch directory: datasets, cache, mount (default /var/tmp/gpu-train)
 #   GPU_RAW_SAMPLES, GPU_JPEG_SAMPLES  dataset sizes (64,000 and 24,000)
+#   GPU_REPEATS  how many times the whole set runs, each on a fresh stack
+#             (default 3; about 3 minutes each on an H100 with 16 cores)
 #   OUT       where the results go (default $GPU_WORK/out): run*.json per
-#             model, gpu-train-file.json (for bench/results/; in bench/kept/,
+#             repeat and model, gpu-train-file.json (for bench/results/; in bench/kept/,
 #             with a "kept" field saying when and where it was measured, it is
 #             shown by runs without a GPU), metrics.txt,
-#             cistern-logs.tar.gz
+#             cistern-logs.tar.gz (the last repeat's metrics and logs)
 #
 # The store is the datasets' directory itself (file://), so Cistern's cold
 # epoch reads the same disk the baseline reads, writes its cache beside it and
@@ -58,28 +60,35 @@ gen() { # DIR SAMPLES FORMAT: made once, kept for later runs
 gen "$work/data/raw" "${GPU_RAW_SAMPLES:-64000}" raw
 gen "$work/data/jpeg" "${GPU_JPEG_SAMPLES:-24000}" jpeg
 
-# A fresh stack every run: the cold epoch must find an empty cache.
-"$cistern" local --stop "$mnt" --state-dir "$work/state" >/dev/null 2>&1
-rm -rf "$work/state" "$work/cache"
-"$cistern" local "file://$work/data" "$mnt" "${bindir[@]}" --state-dir "$work/state" \
-	--cache-dir "$work/cache:30G" >&2 || {
-	tail -n 30 "$work"/state/logs/*.log >&2
-	exit 1
+stack_up() { # a fresh stack every repeat: the cold epoch must find an empty cache
+	"$cistern" local --stop "$mnt" --state-dir "$work/state" >/dev/null 2>&1
+	rm -rf "$work/state" "$work/cache"
+	"$cistern" local "file://$work/data" "$mnt" "${bindir[@]}" --state-dir "$work/state" \
+		--cache-dir "$work/cache:30G" >&2 || {
+		tail -n 30 "$work"/state/logs/*.log >&2
+		exit 1
+	}
 }
 trap '"$cistern" local --stop "$mnt" --state-dir "$work/state" >&2' EXIT
 
 n=0
-train() { # MODEL RUN...
-	local model=$1
-	shift
-	n=$((n + 1))
-	python3 "$here/gpu_train.py" train --model "$model" --drop-caches "$@" >"$out/run$n.json"
+train() { # REPEAT MODEL RUN...: run<repeat>-<n>-<model>-<data>.json, named in order
+	local rep=$1 model=$2
+	shift 2
+	n=$((n % 3 + 1))
+	python3 "$here/gpu_train.py" train --model "$model" --drop-caches "$@" \
+		>"$out/run$rep-$n-$model-$(basename "${1#*=}").json"
 }
 # Each epoch is a full pass over the dataset: cold, the first through Cistern.
 rc=0
-train resnet50 local="$work/data/raw" cistern-cold="$mnt/raw" cistern-warm="$mnt/raw" || rc=1
-train resnet18 local="$work/data/raw" cistern-warm="$mnt/raw" || rc=1
-train resnet50 local="$work/data/jpeg" cistern-cold="$mnt/jpeg" cistern-warm="$mnt/jpeg" || rc=1
+rm -f "$out"/run*.json
+for rep in $(seq 1 "${GPU_REPEATS:-3}"); do
+	log "repeat $rep"
+	stack_up
+	train "$rep" resnet50 local="$work/data/raw" cistern-cold="$mnt/raw" cistern-warm="$mnt/raw" || rc=1
+	train "$rep" resnet18 local="$work/data/raw" cistern-warm="$mnt/raw" || rc=1
+	train "$rep" resnet50 local="$work/data/jpeg" cistern-cold="$mnt/jpeg" cistern-warm="$mnt/jpeg" || rc=1
+done
 python3 - "$work/state/local.json" >"$out/metrics.txt" <<'EOF' || rc=1
 import json, sys, urllib.request
 ports = json.load(open(sys.argv[1]))

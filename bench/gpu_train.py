@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -237,9 +238,11 @@ def cmd_train(a):
 
 
 def cmd_report(a):
-    """The runs as one result set of bench/report.py's table kind, each
-    Cistern epoch set against the local-disk epoch of the same invocation."""
-    rows, targets, gpu, cores = [], [], "", 0
+    """The runs as one result set of bench/report.py's table kind: each
+    Cistern epoch set against the local-disk epoch of the same invocation,
+    and every figure the median over the repeats (invocations of one model
+    on one dataset)."""
+    groups, order, gpu, cores = {}, [], "", 0
     for path in a.files:
         with open(path) as f:
             text = f.read().strip()
@@ -250,23 +253,38 @@ def cmd_report(a):
         local = next((x for x in r["runs"] if x["label"] == "local"), None)
         for x in r["runs"]:
             data = "jpeg" if x["dir"].rstrip("/").endswith("jpeg") else "raw"
+            key = (r["model"], data, x["label"])
+            if key not in groups:
+                groups[key] = []
+                order.append(key)
             vs = x["images_per_s"] / local["images_per_s"] if local and local["images_per_s"] else None
-            rows.append([r["model"], data, x["label"], "{:,.0f}".format(x["images_per_s"]),
-                         "%.1f" % x["gpu_util_pct"], "%.2f" % x["data_wait_frac"],
-                         "%.1f" % x.get("cpu_busy_cores", 0), "%.2f" % x["first_batch_s"],
-                         "%.2f" % vs if vs else "—"])
-            if x["label"] == "cistern-warm" and vs is not None:
-                targets.append(("%s %s warm, images/s against local disk" % (r["model"], data),
-                                vs, 0.9))
+            groups[key].append(dict(x, vs=vs))
+    rows, targets, repeats = [], [], 0
+    for key in order:
+        g = groups[key]
+        repeats = max(repeats, len(g))
+
+        def med(field):
+            vals = [x.get(field) for x in g if x.get(field) is not None]
+            return statistics.median(vals) if vals else None
+
+        vs = med("vs")
+        rows.append([*key, "{:,.0f}".format(med("images_per_s")), "%.1f" % med("gpu_util_pct"),
+                     "%.2f" % med("data_wait_frac"), "%.1f" % (med("cpu_busy_cores") or 0),
+                     "%.2f" % med("first_batch_s"), "%.2f" % vs if vs else "—"])
+        if key[2] == "cistern-warm" and vs is not None:
+            targets.append(("%s %s warm, images/s against local disk" % key[:2], vs, 0.9))
     json.dump({"benchmark": "gpu-train", "store": "file",
                "params": {"GPU": gpu, "CPU cores": cores, "batch": 256, "loader workers": 12},
-               "repeats": 1,
+               "repeats": repeats,
                "table": {"columns": ["model", "data", "run", "images/s", "GPU util %",
                                      "data wait", "CPU busy (cores)", "first batch (s)",
                                      "vs local"], "rows": rows},
-               "extra": "One whole epoch per row, page cache dropped before each, timed from "
-                        "the loader's start to the last step (bench/gpu_train.py). The store is "
-                        "a directory on the same disk as the local copy; cold is the first "
+               "extra": "One whole epoch per row and repeat, page cache dropped before each, "
+                        "timed from the loader's start to the last step (bench/gpu_train.py); "
+                        "each figure is the median over the repeats, and 'vs local' the median "
+                        "of the ratios to the local-disk epoch of the same repeat. The store "
+                        "is a directory on the same disk as the local copy; cold is the first "
                         "epoch through a fresh mount (Cistern fills its cache as it serves), "
                         "warm the next one.",
                "targets": targets}, sys.stdout, indent=1)
