@@ -1433,6 +1433,16 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		cis_fail(em, 0, "%s", "");
 		goto out;
 	}
+	if (rc == 0 && r.status == 206 && !r.have_cr && !r.window_done) {
+		/* on_body refuses such a reply at its first byte; one with no
+		 * body would otherwise pass as a read of zero bytes, the end. */
+		char what[600];
+		what_of(s, key, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE,
+		              "%s: 206 reply with content-range \"%s\", asked for bytes "
+		              "%" PRIu64 "-%" PRIu64,
+		              what, r.cr_text, r.win_off, r.win_off + r.win_len - 1);
+	}
 	if (rc == 0 && r.status == 206 &&
 	    ((r.have_cl && r.delivered != r.content_length) ||
 	     (r.have_cr && r.delivered != r.cr_end - r.cr_start + 1))) {

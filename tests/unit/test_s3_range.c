@@ -174,6 +174,22 @@ Test(s3_range, missing_content_range_refused)
 	cr_assert_eq(s.n, 0);
 }
 
+/* With no body as well, nothing reached the check of the bytes: the read
+ * passed as one of zero bytes, which a caller takes for the object's end. */
+Test(s3_range, empty_206_without_content_range_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", NULL, "");
+	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert(strstr(em.text, "asked for bytes 0-9"), "%s", em.text);
+	/* An empty object's "bytes 0-0/0" (s3rver) is still no bytes, no error. */
+	set_reply("206 Partial Content", "bytes 0-0/0", "");
+	cr_assert_eq(s3_get(0, 10, &s, &em), 0, "%s", em.text);
+	cr_assert_eq(s.n, 0);
+}
+
 Test(s3_range, body_longer_than_its_range_is_cut_and_refused)
 {
 	cis_errmsg em = {{0}};
