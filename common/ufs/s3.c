@@ -1362,6 +1362,17 @@ static int s3_list(void *state, const char *dir, const char *token, size_t max, 
 		              cis_strerror(rc));
 		goto out;
 	}
+	if (l.truncated && token && !strcmp(l.next_token, token)) {
+		/* A store that ignores continuation-token (a proxy dropping
+		 * it) sends the same page again: paging on would never end. */
+		char what[600];
+		what_of(s, pfx, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE,
+		              "%s: the store repeated continuation token it was sent "
+		              "(listing does not advance)",
+		              what);
+		goto out;
+	}
 	/* Objects and prefixes each come sorted; merge them into key order. */
 	while (io < l.n_objects || ip < l.n_prefixes) {
 		bool take_obj = ip == l.n_prefixes ||

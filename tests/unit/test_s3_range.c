@@ -100,14 +100,12 @@ static int sink_fn(void *arg, const void *data, size_t len)
 	return 0;
 }
 
-/* Read bytes [off, off+len) of s3://bkt/obj from the fake store. */
-static int s3_get(uint64_t off, uint64_t len, sink *out, cis_errmsg *em)
+/* s3://bkt on the fake store. */
+static cis_ufs *open_fake_store(cis_errmsg *em)
 {
 	cis_kvlist o = CIS_KVLIST_INIT;
 	char ep[64];
 	cis_ufs *u;
-	uint64_t got = 0;
-	int rc;
 
 	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", port);
 	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
@@ -115,6 +113,16 @@ static int s3_get(uint64_t off, uint64_t len, sink *out, cis_errmsg *em)
 	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
 	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, em), 0, "%s", em->text);
 	cis_kvlist_free(&o);
+	return u;
+}
+
+/* Read bytes [off, off+len) of s3://bkt/obj from the fake store. */
+static int s3_get(uint64_t off, uint64_t len, sink *out, cis_errmsg *em)
+{
+	cis_ufs *u = open_fake_store(em);
+	uint64_t got = 0;
+	int rc;
+
 	memset(out, 0, sizeof(*out));
 	rc = cis_ufs_read(u, "obj", NULL, off, len, sink_fn, out, &got, em);
 	cr_assert_eq(got, out->n, "got counts what the sink received");
@@ -232,23 +240,45 @@ Test(s3_range, listed_keys_outside_the_prefix_skipped)
 	    "<Contents><Key>some/long/dir/ok</Key><Size>2</Size><ETag>\"f\"</ETag></Contents>"
 	    "<CommonPrefixes><Prefix>y/</Prefix></CommonPrefixes>"
 	    "</ListBucketResult>";
-	cis_kvlist o = CIS_KVLIST_INIT;
 	cis_errmsg em = {{0}};
 	cis_ufs_page page;
 	cis_ufs *u;
-	char ep[64];
 
 	set_reply("200 OK", NULL, xml);
-	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", port);
-	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "access_key", "AK"), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
-	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, &em), 0, "%s", em.text);
-	cis_kvlist_free(&o);
+	u = open_fake_store(&em);
 	cr_assert_eq(cis_ufs_list(u, "some/long/dir", NULL, 0, &page, &em), 0, "%s", em.text);
 	cr_assert_eq(page.n, 1);
 	cr_assert_str_eq(page.entries[0].name, "ok");
 	cis_ufs_page_free(&page);
+	cis_ufs_close(u);
+}
+
+/* A store (or proxy) that drops continuation-token answers every page
+ * with the first one and the same token: a caller paging on until there
+ * is no token never ended, piling up the same keys. */
+Test(s3_range, listing_that_repeats_its_token_refused)
+{
+	static const char xml[] =
+	    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+	    "<ListBucketResult><Name>bkt</Name><Prefix>d/</Prefix><KeyCount>1</KeyCount>"
+	    "<MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>"
+	    "<NextContinuationToken>T1</NextContinuationToken>"
+	    "<Contents><Key>d/a</Key><Size>1</Size><ETag>\"e\"</ETag></Contents>"
+	    "</ListBucketResult>";
+	cis_errmsg em = {{0}};
+	cis_ufs_page page;
+	cis_ufs *u;
+
+	set_reply("200 OK", NULL, xml);
+	u = open_fake_store(&em);
+	cr_assert_eq(cis_ufs_list(u, "d", NULL, 0, &page, &em), 0, "%s", em.text);
+	cr_assert_str_eq(page.next_token, "T1");
+	cis_ufs_page_free(&page);
+	cr_assert_eq(cis_ufs_list(u, "d", "T1", 0, &page, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert_eq(page.n, 0);
+	cr_assert_null(page.next_token);
+	cr_assert(strstr(em.text, "s3://bkt/d/: the store repeated continuation token"), "%s",
+	          em.text);
 	cis_ufs_close(u);
 }
 
