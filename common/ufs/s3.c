@@ -948,7 +948,14 @@ static int parse_endpoint(struct s3 *s, const char *endpoint, cis_errmsg *em)
 	if (curl_url_set(u, CURLUPART_URL, endpoint, 0) ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0)) {
-		cis_fail(em, rc, "endpoint %s: not a url", endpoint);
+		/* Unparsed, its "user:secret@" cannot be cut out: never echo
+		 * a text with one. */
+		if (strchr(endpoint, '@'))
+			cis_fail(em, rc,
+			         "endpoint: not a url (and credentials belong in "
+			         "access_key, not the url)");
+		else
+			cis_fail(em, rc, "endpoint %s: not a url", endpoint);
 		goto out;
 	}
 	curl_url_get(u, CURLUPART_PORT, &port, 0); /* absent when not given */

@@ -253,6 +253,20 @@ Test(dispatch, uri_hides_credentials)
 		cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
 	}
 
+	/* Nor an endpoint with userinfo, even one that is no URL at all. */
+	const char *endpoints[] = {"http://AKID:SeCrEt@h:99999", "http://AKID:SeCrEt@bad host",
+	                           "ftp://AKID:SeCrEt@h", "http://AKID:SeCrEt@h/path"};
+	for (size_t i = 0; i < 4; i++) {
+		cis_kvlist o = CIS_KVLIST_INIT;
+
+		em.text[0] = 0;
+		cr_assert_eq(cis_kvlist_set(&o, "endpoint", endpoints[i]), 0);
+		err = cis_ufs_open("s3://bucket/p", &o, &u, &em);
+		cis_kvlist_free(&o);
+		cr_expect_eq(err, -CIS_E_CONFIG, "%s: %s", endpoints[i], em.text);
+		cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
+	}
+
 	err = cis_ufs_open("FILE:///tmp", NULL, &u, &em);
 	cr_assert_eq(err, 0, "scheme case: %s", em.text);
 	cr_expect_str_eq(cis_ufs_uri(u), "FILE:///tmp");
