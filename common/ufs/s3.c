@@ -102,6 +102,10 @@ struct req {
 	long status;
 	cis_buf resp;
 	char etag[CIS_S3_ETAG_MAX];
+	/* x-amz-bucket-region: where the bucket is, which AWS says on its
+	 * replies to a request signed for another region (a HEAD's has no
+	 * body to say more). */
+	char bucket_region[32];
 	int64_t mtime_ns;
 	uint64_t content_length;
 	bool have_cl;
@@ -315,6 +319,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		const char *sp = strchr(line, ' ');
 		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		r->etag[0] = 0;
+		r->bucket_region[0] = 0;
 		r->have_cl = false;
 		r->chunked = false;
 		r->have_cr = false;
@@ -331,6 +336,11 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		v++;
 	if (!strcasecmp(line, "etag")) {
 		snprintf(r->etag, sizeof(r->etag), "%s", v);
+	} else if (!strcasecmp(line, "x-amz-bucket-region")) {
+		/* It goes into a message: a region name's characters only. */
+		size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-");
+		if (n < sizeof(r->bucket_region) && !v[n])
+			snprintf(r->bucket_region, sizeof(r->bucket_region), "%s", v);
 	} else if (!strcasecmp(line, "last-modified")) {
 		time_t t = curl_getdate(v, NULL);
 		r->mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
@@ -630,6 +640,12 @@ out:
 static const char *status_code_name(long status)
 {
 	switch (status) {
+	case 301:
+		return "PermanentRedirect";
+	case 302:
+		return "Found";
+	case 307:
+		return "TemporaryRedirect";
 	case 400:
 		return "BadRequest";
 	case 401:
@@ -655,14 +671,18 @@ static const char *status_code_name(long status)
 	}
 }
 
-/* The code and line for a non-2xx reply: "s3://b/k: 403 AccessDenied: Access Denied". */
-static int http_error(const struct req *r, const char *what, cis_errmsg *em)
+/* The code and line for a non-2xx reply: "s3://b/k: 403 AccessDenied: Access Denied".
+ * Redirects are not followed (the request would have to be signed for
+ * another region); their line, like that of any reply naming another
+ * region for the bucket, points at the region and endpoint. */
+static int http_error(const struct s3 *s, const struct req *r, const char *what, cis_errmsg *em)
 {
 	cis_s3_error e;
 	bool have = r->resp.len && cis_s3_xml_parse_error(r->resp.data, r->resp.len, &e) == 0;
 	const char *code = have && e.code[0] ? e.code : status_code_name(r->status);
 	const char *msg = have ? e.message : "";
 	const char *hint = "";
+	char region_hint[160];
 	int err;
 
 	if (!strcmp(code, "NoSuchBucket")) {
@@ -674,11 +694,17 @@ static int http_error(const struct req *r, const char *what, cis_errmsg *em)
 		hint = " (check access_key and secret_key)";
 	} else if (r->status == 412) {
 		err = -CIS_E_CHANGED;
-	} else if (r->status == 301 || !strcmp(code, "AuthorizationHeaderMalformed")) {
+	} else if (r->status / 100 == 3 || !strcmp(code, "AuthorizationHeaderMalformed")) {
 		err = -CIS_E_STORE;
 		hint = " (check region and endpoint)";
 	} else {
 		err = -CIS_E_STORE;
+	}
+	if (err == -CIS_E_STORE && r->bucket_region[0] && strcmp(r->bucket_region, s->region)) {
+		snprintf(region_hint, sizeof(region_hint),
+		         " (the bucket is in region %s, not %s: check region and endpoint)",
+		         r->bucket_region, s->region);
+		hint = region_hint;
 	}
 	return cis_fail(em, err, "%s: %ld %s%s%s%s", what, r->status, code, msg[0] ? ": " : "", msg,
 	                hint);
@@ -703,6 +729,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 		r->status = 0;
 		cis_buf_reset(&r->resp);
 		r->etag[0] = 0;
+		r->bucket_region[0] = 0;
 		r->have_cl = false;
 		r->chunked = false;
 		r->mtime_ns = 0;
@@ -740,7 +767,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 				return 0;
 			bool retry = r->status >= 500 || r->status == 429;
 			if (!retry || last || r->delivered)
-				return http_error(r, what, em);
+				return http_error(s, r, what, em);
 			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
 			                "uri=%s method=%s status=%ld attempt=%d", what, r->method,
 			                r->status, attempt + 1);

@@ -282,6 +282,34 @@ Test(s3_range, listing_that_repeats_its_token_refused)
 	cis_ufs_close(u);
 }
 
+/* A HEAD (stat) answered with no body: AWS's reply to a request signed
+ * for the wrong region says only 400 and x-amz-bucket-region, a redirect
+ * only its status. The line must still point at the region and endpoint,
+ * not read "400 BadRequest" or "307 Error". */
+Test(s3_range, bodyless_region_and_redirect_replies_named)
+{
+	struct cis_ufs_stat st;
+	cis_errmsg em = {{0}};
+	cis_ufs *u;
+
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 400 Bad Request\r\nx-amz-bucket-region: eu-west-1\r\n"
+	         "Content-Length: 0\r\nConnection: close\r\n\r\n");
+	u = open_fake_store(&em);
+	cr_assert_eq(cis_ufs_stat(u, "obj", &st, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert(strstr(em.text, "s3://bkt/obj: 400 BadRequest (the bucket is in region "
+	                          "eu-west-1, not "),
+	          "%s", em.text);
+	cr_assert(strstr(em.text, "check region and endpoint)"), "%s", em.text);
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:1/bkt/obj\r\n"
+	         "Content-Length: 0\r\nConnection: close\r\n\r\n");
+	cr_assert_eq(cis_ufs_stat(u, "obj", &st, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert_str_eq(em.text,
+	                 "s3://bkt/obj: 307 TemporaryRedirect (check region and endpoint)");
+	cis_ufs_close(u);
+}
+
 /* The region the request was signed for, from its credential scope
  * (Credential=AK/DATE/REGION/s3/aws4_request). */
 static const char *signed_region(char *out, size_t len)
