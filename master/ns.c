@@ -115,9 +115,12 @@ struct listing {
 	size_t n, cap;
 };
 
+/* By name; of two entries of one name, the directory first. */
 static int cmp_entry(const void *a, const void *b)
 {
-	return strcmp(((const cis_ufs_entry *)a)->name, ((const cis_ufs_entry *)b)->name);
+	const cis_ufs_entry *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : (int)y->st.is_dir - (int)x->st.is_dir;
 }
 
 static void listing_free(struct listing *l)
@@ -127,6 +130,26 @@ static void listing_free(struct listing *l)
 		free(l->e[i].link_target);
 	}
 	free(l->e);
+}
+
+/* An object and a prefix of one name (S3 keys "a" and "a/b") make two
+ * entries of that name: the directory is shown, as Mountpoint for S3 shows
+ * it, and the object cannot be reached. Two entries of one name would each
+ * be given an inode on every listing, the later replacing the earlier as
+ * the name's child and leaving it in LMDB with nothing leading to it. l is
+ * sorted by cmp_entry. */
+static void drop_shadowed(struct listing *l)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < l->n; i++) {
+		if (kept && strcmp(l->e[kept - 1].name, l->e[i].name) == 0) {
+			free(l->e[i].name);
+			free(l->e[i].link_target);
+			continue;
+		}
+		l->e[kept++] = l->e[i];
+	}
+	l->n = kept;
 }
 
 static int list_store(mst_master *m, mst_mount *mt, const char *key, struct listing *l,
@@ -167,13 +190,15 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 			pg.entries[i].link_target = NULL;
 			l->n++;
 		}
-		if (!err && pg.next_token)
-			token = strdup(pg.next_token);
+		if (!err && pg.next_token && !(token = strdup(pg.next_token)))
+			err = -ENOMEM; /* not the end of the listing */
 		cis_ufs_page_free(&pg);
 	} while (!err && token);
 	free(token);
 	if (!err && l->n > 1)
 		qsort(l->e, l->n, sizeof(*l->e), cmp_entry);
+	if (!err)
+		drop_shadowed(l);
 	return err;
 }
 
