@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/hash.h"
 #include "cistern/log.h"
 #include "cistern/time.h"
 #include "master.h"
@@ -161,8 +162,28 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 	if (!mt->ufs)
 		return cis_fail(em, -CIS_E_URI, "%s: store could not be opened", mt->uri);
 	cis_counter_inc(m->c_store_lists);
+	/* Tokens that go round in a cycle (a broken store or proxy) would page
+	 * for ever: Brent's check, one token kept at each power of two. */
+	uint64_t kept_hash = 0;
+	size_t pages = 0, keep_at = 1;
 	do {
 		cis_ufs_page pg = {0};
+		if (token) {
+			uint64_t h = cis_hash64(token, strlen(token), 0);
+			if (pages > 1 && h == kept_hash) {
+				err = cis_fail(em, -CIS_E_STORE,
+				               "%s: the store's continuation tokens go round in a "
+				               "cycle (the listing of '%s' never ends)",
+				               mt->uri, key);
+				cis_counter_inc(m->c_store_list_errors);
+				break;
+			}
+			if (pages == keep_at) {
+				kept_hash = h;
+				keep_at *= 2;
+			}
+		}
+		pages++;
 		err = cis_ufs_list(mt->ufs, key, token, 0, &pg, em);
 		free(token);
 		token = NULL;

@@ -213,6 +213,38 @@ for i in 1 2 3; do
 done
 assert_eq "$(inodes)" "$before" "inodes after syncing an object and a prefix of one name"
 
+# A store whose continuation tokens go round in a cycle (T1, T2, T1, ...):
+# the listing fails with the cause instead of paging (and growing) for ever.
+CYC_PORT=$(free_port)
+python3 - "$CYC_PORT" >"$CIS_TMP/cyc.log" 2>&1 <<'PY' &
+import http.server, sys, urllib.parse
+class Cycle(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        tok = q.get("continuation-token", [""])[0]
+        body = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name>'
+                '<IsTruncated>true</IsTruncated><NextContinuationToken>%s'
+                '</NextContinuationToken><Contents><Key>k%s</Key><Size>1</Size>'
+                '<ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified>'
+                '</Contents></ListBucketResult>' % ("T2" if tok == "T1" else "T1", tok)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Cycle).serve_forever()
+PY
+cis_on_exit "kill_pid $!"
+wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$CYC_PORT/b"
+cli mount /cyc s3://b --option "endpoint=http://127.0.0.1:$CYC_PORT" --option region=us-east-1 \
+	--option path_style=true --option access_key=AK --option secret_key=SK >/dev/null ||
+	fail "mount of the cycling store"
+out=$(timeout 30 "$CLI" ls /cyc 2>&1) && fail "a listing whose tokens go round in a cycle succeeded"
+assert_contains "$out" "continuation tokens go round in a cycle"
+cli unmount /cyc >/dev/null || fail "unmount /cyc"
+
 # ---- bad input ----
 for p in "/a/../b" "/a//b" "relative" "/$(printf 'x%.0s' $(seq 300))"; do
 	out=$(cli ls "$p") && fail "ls $p accepted"
