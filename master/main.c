@@ -83,10 +83,12 @@ int main(int argc, char **argv)
 	int rc = cis_config_load(&cfg, opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
 		cis_config_usage(opts, stdout, "cistern-master [--config FILE] [flags]");
+		cis_config_free(cfg);
 		return 0;
 	}
 	if (rc == 2) {
 		cis_version_print("cistern-master", stdout);
+		cis_config_free(cfg);
 		return 0;
 	}
 	if (rc)

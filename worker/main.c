@@ -262,10 +262,12 @@ int main(int argc, char **argv)
 	if (rc == 1) {
 		cis_config_usage(worker_opts, stdout,
 		                 "cistern-worker [--config FILE] --cache-dir PATH:SIZE [options]");
+		cis_config_free(cfg);
 		return 0;
 	}
 	if (rc == 2) {
 		cis_version_print("cistern-worker", stdout);
+		cis_config_free(cfg);
 		return 0;
 	}
 	if (rc < 0)
