@@ -23,12 +23,14 @@ build-asan:
 	cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
 
 # Everything: formatting, the release build's unit and integration tests,
-# then the sanitizer build's unit tests and the fuzzers for a bounded time.
+# then the sanitizer build's unit tests, the integration tests labelled
+# "sanitized" (the daemons under real traffic; tests/CMakeLists.txt) and
+# the fuzzers for a bounded time.
 # Both phases run even when the first fails, so one run shows every failure.
 test: deps format-check build build-asan
 	@rc=0; \
 	(cd $(BUILD) && ctest --output-on-failure --timeout 900) || rc=1; \
-	(cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -L 'unit|fuzz') || rc=1; \
+	(cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -L 'unit|fuzz|sanitized') || rc=1; \
 	exit $$rc
 
 test-unit: build
