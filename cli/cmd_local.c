@@ -22,6 +22,7 @@
  * --cache-dir), logs/<daemon>.log, the lock, local.pid and local.json (addresses of
  * the running stack, for scripts: {"pid", "api", "master", "mountpoint",
  * "uri", ...}). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -104,7 +105,8 @@ typedef struct local_stack {
 	char state[PATH_MAX];
 	char *caches[LOCAL_MAX_CACHE_DIRS]; /* the worker's --cache-dir DIR:SIZE arguments */
 	size_t ncache;
-	bool made_mnt; /* the mount point directory was created by this start */
+	bool made_mnt;     /* the mount point directory was created by this start */
+	bool fuse_mounted; /* the mount at mnt is our cistern-fuse's */
 	uint16_t m_rpc, m_http, w_rpc, w_http, f_http;
 	char api[64];
 	int timeout_ms;
@@ -600,11 +602,13 @@ static void child_stop(local_stack *s, local_child *c, uint64_t ms)
 
 /* Everything down, in order: the FUSE client first (so no reader sees a
  * half-stopped stack), then the worker, then the master; then any mount the
- * FUSE client could not take away with it. */
+ * FUSE client could not take away with it (only its own: a mount at mnt
+ * that it never made is another stack's). */
 static void stack_teardown(local_stack *s)
 {
 	child_stop(s, &s->fuse, 10000);
-	unmount_fuse(s->mnt);
+	if (s->fuse_mounted)
+		unmount_fuse(s->mnt);
 	child_stop(s, &s->worker, 10000);
 	child_stop(s, &s->master, 10000);
 }
@@ -815,7 +819,38 @@ out_req:
 	return rc;
 }
 
-/* Wait until the FUSE mount is in the mount table. */
+/* Whether process pid has /dev/fuse open. A FUSE daemon holds it from its
+ * mount on; one that refuses to mount (the mount point is already one)
+ * never opens it. */
+static bool holds_fuse_device(pid_t pid)
+{
+	char dir[32], target[16];
+	DIR *d;
+	struct dirent *e;
+	bool found = false;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+		if (n > 0) {
+			target[n] = 0;
+			found = strcmp(target, "/dev/fuse") == 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* Wait until our cistern-fuse has mounted. A FUSE mount at mnt alone is no
+ * proof: another stack started beside this one on the same mount point may
+ * have made it, and our FUSE client then refuses to mount and exits. */
 static int wait_mounted(local_stack *s, cis_errmsg *em)
 {
 	uint64_t deadline = cis_mono_ms() + (uint64_t)s->timeout_ms;
@@ -823,14 +858,16 @@ static int wait_mounted(local_stack *s, cis_errmsg *em)
 	for (;;) {
 		int sig;
 
-		if (mounted_fuse(s->mnt))
-			return 0;
 		reap(s);
 		if (!child_alive(&s->fuse)) {
 			char why[768];
 
 			child_describe_exit(&s->fuse, why, sizeof(why));
 			return cis_fail(em, -ECHILD, "%s", why);
+		}
+		if (mounted_fuse(s->mnt) && holds_fuse_device(s->fuse.pid)) {
+			s->fuse_mounted = true;
+			return 0;
 		}
 		if (cis_mono_ms() > deadline)
 			return cis_fail(em, -ETIMEDOUT, "%s: not mounted after %d s (log: %s)",

@@ -15,7 +15,9 @@
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
 #    unsupported URI, a mount point over the store, a daemon that dies at
 #    start, a FUSE client that cannot mount: one clear line, exit 1,
-#    nothing left running or mounted.
+#    nothing left running or mounted;
+#  - two starts on one mount point at once: the second FUSE client's stack
+#    fails, and leaves the other stack's mount alone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/s3.sh"
 
@@ -282,5 +284,35 @@ out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$STU
 	fail "a FUSE client that cannot mount was not reported"
 assert_contains "$out" "cistern-fuse exited with status 4" "failing FUSE client"
 assert_stopped "$STATE" "failing FUSE client"
+
+# Two stacks started together on one mount point (other state dirs): the
+# one whose FUSE client comes second must fail, not take the other's mount
+# for its own (and report ready), nor unmount it as it stops.
+log "two starts on one mount point at once"
+SLOWFUSE="$CIS_TMP/slowfuse"
+mkdir -p "$SLOWFUSE"
+ln -s "$CIS_BUILD/master/cistern-master" "$SLOWFUSE/cistern-master"
+ln -s "$CIS_BUILD/worker/cistern-worker" "$SLOWFUSE/cistern-worker"
+printf '#!/bin/sh\nsleep 4\nexec %s "$@"\n' "$CIS_BUILD/fuse/cistern-fuse" >"$SLOWFUSE/cistern-fuse"
+chmod +x "$SLOWFUSE/cistern-fuse"
+"$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$SLOWFUSE" \
+	>"$CIS_TMP/first.out" 2>&1 &
+first=$!
+wait_for 30 test -e "$STATE/logs/fuse.log"
+OTHER="$CIS_TMP/other-state"
+cis_on_exit "cleanup_stack $OTHER"
+# (Ports of its own: the two must not race for the same ones here.)
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$OTHER" --timeout 20 \
+	--master-port 19700 --worker-port 19710 --fuse-http-port 19721 2>&1) ||
+	fail "the second start failed: $out"
+wait "$first" && fail "the start whose FUSE client came second succeeded: $(cat "$CIS_TMP/first.out")"
+assert_contains "$(cat "$CIS_TMP/first.out")" "already mounted" "FUSE client second"
+wait_for 20 no_stack_procs "$STATE"
+[ ! -e "$STATE/local.pid" ] || fail "FUSE client second: local.pid left behind"
+sleep 1 # the other stack stops within this if it lost its mount
+cmp -s "$SRC/hello.txt" "$MNT/hello.txt" || fail "the other stack's mount was taken away"
+"$CISTERN" local --stop "$MNT" --state-dir "$OTHER" >/dev/null 2>&1 ||
+	fail "--stop of the stack that mounted first"
+assert_stopped "$OTHER" "the stack that mounted first"
 
 log "test_local: ok"
