@@ -35,9 +35,13 @@ esac
 
 # The help text comes once the stack says it is ready (its ready line names
 # the admin API's address, which depends on the ports that were free).
-# Ctrl-C reaches cistern local, which unmounts and stops its daemons.
+# cistern local takes this shell's place (exec), so that Ctrl-C, and the
+# SIGTERM that make passes on to its recipe when it is killed, reach it: it
+# unmounts and stops its daemons. A shell left waiting for it would die of
+# the SIGTERM alone and leave the stack running, mounted, with no one to
+# stop it.
 # shellcheck disable=SC2086
-"$cistern" local "$ufs" "$mnt" -f ${CISTERN_LOCAL_ARGS:-} | while IFS= read -r line; do
+exec "$cistern" local "$ufs" "$mnt" -f ${CISTERN_LOCAL_ARGS:-} > >(while IFS= read -r line; do
 	echo "$line"
 	case $line in
 	"cistern local: ready:"*)
@@ -62,4 +66,4 @@ esac
 HELP
 		;;
 	esac
-done
+done)

@@ -11,7 +11,8 @@
 #    with other mount options (the mount is replaced), a second start on a
 #    busy state dir (names the running stack's mount point, leaves no
 #    directory), --stop with a stale local.pid (kills nothing), Ctrl-C
-#    while a background start is under way (nothing is left running);
+#    while a background start is under way (nothing is left running),
+#    `make run`'s script stopped with SIGTERM (the stack stops with it);
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
 #    unsupported URI, a mount point over the store, a daemon that dies at
 #    start, a FUSE client that cannot mount: one clear line, exit 1,
@@ -199,6 +200,18 @@ out=$("$CISTERN" local "file://$SRC" "$SRC/a" --state-dir "$STATE" 2>&1) &&
 assert_contains "$out" "overlaps the store" "mount point inside the store"
 is_mounted "$SRC/a" && fail "the store was mounted over"
 assert_stopped "$STATE" "mount point inside the store"
+
+# `make run` (scripts/run-local.sh) killed with SIGTERM, as make passes it on
+# to its recipe when make itself is killed: the stack stops with it.
+log "make run's script stopped with SIGTERM"
+BUILD=$CIS_BUILD CISTERN_MNT=$MNT CISTERN_LOCAL_ARGS="--state-dir $STATE --timeout 60" \
+	bash "$CIS_SRC/scripts/run-local.sh" "$SRC" >"$CIS_TMP/run.out" 2>&1 &
+runner=$!
+wait_for 90 grep -q "Ctrl-C here unmounts" "$CIS_TMP/run.out"
+compare_tree "$SRC" "make run"
+kill -TERM "$runner"
+wait "$runner" || true
+assert_stopped "$STATE" "make run's script stopped with SIGTERM"
 
 # --- s3rver, foreground --------------------------------------------------
 s3_start
