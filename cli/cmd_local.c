@@ -61,6 +61,7 @@
 #define LOCAL_MAX_CACHE_DIRS  32                    /* the worker's limit (WRK_MAX_DIRS) */
 #define LOCAL_MAX_FUSE_OPTS   16
 #define LOCAL_POLL_MS         100
+#define LOCAL_PORT_TRIES      3 /* starts of a daemon whose port another took first */
 
 static const cis_opt local_opts[] = {
     {"state-dir", "DIR", NULL, "state directory (default ~/.cache/cistern/local/<name>-<hash>)",
@@ -108,6 +109,9 @@ typedef struct local_stack {
 	bool made_mnt;     /* the mount point directory was created by this start */
 	bool fuse_mounted; /* the mount at mnt is our cistern-fuse's */
 	uint16_t m_rpc, m_http, w_rpc, w_http, f_http;
+	/* Ports picked: 5 at first, 2 more for each daemon started again. */
+	uint16_t used[5 + 2 * 3 * (LOCAL_PORT_TRIES - 1)];
+	size_t nused;
 	char api[64];
 	int timeout_ms;
 	sigset_t sigs; /* blocked in the supervisor, taken with sigtimedwait */
@@ -883,29 +887,14 @@ static void port_str(char *out, size_t len, uint16_t p)
 	snprintf(out, len, "%u", p);
 }
 
-/* Start master, worker, mount, FUSE client; each step waits for the last. */
-static int stack_start(local_stack *s, cis_errmsg *em)
+static int start_master(local_stack *s, cis_errmsg *em)
 {
-	char mdata[PATH_MAX], wstate[PATH_MAX], sock[PATH_MAX], mrpc[8], mhttp[8], wrpc[8],
-	    whttp[8], fhttp[8], master_addr[32];
+	char mdata[PATH_MAX], mrpc[8], mhttp[8];
 	int rc;
 
-	if (!path_join(mdata, sizeof(mdata), s->state, "master") ||
-	    !path_join(wstate, sizeof(wstate), s->state, "worker") ||
-	    !path_join(sock, sizeof(sock), s->state, "worker.sock"))
-		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", s->state);
-	if (strlen(sock) >= 108) /* sun_path */
-		return cis_fail(em, -ENAMETOOLONG,
-		                "%s: too long for a unix socket path (use a shorter --state-dir)",
-		                sock);
-	if ((rc = mkdir_p(mdata)) < 0 || (rc = mkdir_p(wstate)) < 0)
-		return cis_fail(em, rc, "%s: cannot create: %s", s->state, cis_strerror(rc));
+	path_join(mdata, sizeof(mdata), s->state, "master"); /* checked by stack_start */
 	port_str(mrpc, sizeof(mrpc), s->m_rpc);
 	port_str(mhttp, sizeof(mhttp), s->m_http);
-	port_str(wrpc, sizeof(wrpc), s->w_rpc);
-	port_str(whttp, sizeof(whttp), s->w_http);
-	port_str(fhttp, sizeof(fhttp), s->f_http);
-	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
 
 	char *margv[] = {(char *)"cistern-master",
 	                 (char *)"--data-dir",
@@ -919,12 +908,21 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	                 NULL};
 	if ((rc = child_spawn(&s->master, margv, em)) < 0)
 		return rc;
-	if ((rc = wait_ready(s, &s->master, s->m_http, em)) < 0)
-		return rc;
+	return wait_ready(s, &s->master, s->m_http, em);
+}
 
-	/* The worker: state, socket, and one --cache-dir per cache. */
+/* The worker: state, socket, and one --cache-dir per cache. */
+static int start_worker(local_stack *s, cis_errmsg *em)
+{
+	char wstate[PATH_MAX], sock[PATH_MAX], wrpc[8], whttp[8], master_addr[32];
 	char *wargv[16 + 2 * LOCAL_MAX_CACHE_DIRS];
-	int wn = 0;
+	int wn = 0, rc;
+
+	path_join(wstate, sizeof(wstate), s->state, "worker"); /* checked by stack_start */
+	path_join(sock, sizeof(sock), s->state, "worker.sock");
+	port_str(wrpc, sizeof(wrpc), s->w_rpc);
+	port_str(whttp, sizeof(whttp), s->w_http);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
 
 	wargv[wn++] = (char *)"cistern-worker";
 	wargv[wn++] = (char *)"--master";
@@ -944,18 +942,20 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	wargv[wn] = NULL;
 	if ((rc = child_spawn(&s->worker, wargv, em)) < 0)
 		return rc;
-	if ((rc = wait_ready(s, &s->worker, s->w_http, em)) < 0)
-		return rc;
+	return wait_ready(s, &s->worker, s->w_http, em);
+}
 
-	if ((rc = mount_root(s, em)) < 0)
-		return rc;
-
-	/* The FUSE client: each --fuse-option goes to it as one -o. */
+/* The FUSE client: each --fuse-option goes to it as one -o. */
+static int start_fuse(local_stack *s, cis_errmsg *em)
+{
 	const char *const *fopts = NULL;
 	size_t nfopt = cis_config_multi(s->cfg, "fuse-option", &fopts);
+	char fhttp[8], master_addr[32];
 	char *fargv[8 + 2 * LOCAL_MAX_FUSE_OPTS];
-	int fn = 0;
+	int fn = 0, rc;
 
+	port_str(fhttp, sizeof(fhttp), s->f_http);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", s->m_rpc);
 	fargv[fn++] = (char *)"cistern-fuse";
 	fargv[fn++] = s->mnt;
 	fargv[fn++] = (char *)"--master";
@@ -971,6 +971,69 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	if ((rc = child_spawn(&s->fuse, fargv, em)) < 0)
 		return rc;
 	return wait_mounted(s, em);
+}
+
+/* After c died at start: whether a port picked for it is taken now, and
+ * others were picked in its place. Ports are picked free, but another
+ * stack starting beside this one may pick the same ones and bind them
+ * first. */
+static bool repick_lost_ports(local_stack *s, local_child *c)
+{
+	bool pair = c != &s->fuse;
+	uint16_t *port = c == &s->master ? &s->m_rpc : c == &s->worker ? &s->w_rpc : &s->f_http;
+	unsigned next = *port + (pair ? 2u : 1u);
+
+	if (port_free(*port) && (!pair || port_free((uint16_t)(*port + 1))))
+		return false; /* it died of something else */
+	if (pick_port(next < 32000 ? (uint16_t)next : 32000, pair, s->used, &s->nused, port) < 0)
+		return false;
+	if (c == &s->master) {
+		s->m_http = (uint16_t)(s->m_rpc + 1);
+		snprintf(s->api, sizeof(s->api), "http://127.0.0.1:%u", s->m_http);
+	} else if (c == &s->worker) {
+		s->w_http = (uint16_t)(s->w_rpc + 1);
+	}
+	return true;
+}
+
+/* start() a daemon; one that dies because its port was taken meanwhile is
+ * started again on others, LOCAL_PORT_TRIES times in all. */
+static int start_daemon(local_stack *s, local_child *c,
+                        int (*start)(local_stack *s, cis_errmsg *em), cis_errmsg *em)
+{
+	for (int attempt = 1;; attempt++) {
+		int rc = start(s, em);
+
+		if (rc != -ECHILD || attempt == LOCAL_PORT_TRIES || !repick_lost_ports(s, c))
+			return rc;
+		fprintf(stderr,
+		        "cistern local: %s: its port was taken as it started (%s); "
+		        "starting it again on others\n",
+		        c->name, cis_errmsg_or(em, rc));
+	}
+}
+
+/* Start master, worker, mount, FUSE client; each step waits for the last. */
+static int stack_start(local_stack *s, cis_errmsg *em)
+{
+	char mdata[PATH_MAX], wstate[PATH_MAX], sock[PATH_MAX];
+	int rc;
+
+	if (!path_join(mdata, sizeof(mdata), s->state, "master") ||
+	    !path_join(wstate, sizeof(wstate), s->state, "worker") ||
+	    !path_join(sock, sizeof(sock), s->state, "worker.sock"))
+		return cis_fail(em, -ENAMETOOLONG, "%s: path too long", s->state);
+	if (strlen(sock) >= 108) /* sun_path */
+		return cis_fail(em, -ENAMETOOLONG,
+		                "%s: too long for a unix socket path (use a shorter --state-dir)",
+		                sock);
+	if ((rc = mkdir_p(mdata)) < 0 || (rc = mkdir_p(wstate)) < 0)
+		return cis_fail(em, rc, "%s: cannot create: %s", s->state, cis_strerror(rc));
+	if ((rc = start_daemon(s, &s->master, start_master, em)) < 0 ||
+	    (rc = start_daemon(s, &s->worker, start_worker, em)) < 0 ||
+	    (rc = mount_root(s, em)) < 0)
+		return rc;
+	return start_daemon(s, &s->fuse, start_fuse, em);
 }
 
 /* local.pid: the supervisor's pid, written as it starts, so that --stop
@@ -1369,8 +1432,7 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 {
 	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
 	const char *const *vals = NULL;
-	uint16_t used[8], dm, dw, df;
-	size_t nused = 0;
+	uint16_t dm, dw, df;
 	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
 	struct stat st;
 	int64_t t;
@@ -1456,9 +1518,9 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	    (rc = port_opt(s->cfg, "worker-port", &dw, em)) < 0 ||
 	    (rc = port_opt(s->cfg, "fuse-http-port", &df, em)) < 0)
 		return rc;
-	if (pick_port(dm, true, used, &nused, &s->m_rpc) < 0 ||
-	    pick_port(dw, true, used, &nused, &s->w_rpc) < 0 ||
-	    pick_port(df, false, used, &nused, &s->f_http) < 0)
+	if (pick_port(dm, true, s->used, &s->nused, &s->m_rpc) < 0 ||
+	    pick_port(dw, true, s->used, &s->nused, &s->w_rpc) < 0 ||
+	    pick_port(df, false, s->used, &s->nused, &s->f_http) < 0)
 		return cis_fail(em, -EADDRINUSE, "no free TCP ports for the daemons");
 	s->m_http = (uint16_t)(s->m_rpc + 1);
 	s->w_http = (uint16_t)(s->w_rpc + 1);

@@ -18,7 +18,9 @@
 #    start, a FUSE client that cannot mount: one clear line, exit 1,
 #    nothing left running or mounted;
 #  - two starts on one mount point at once: the second FUSE client's stack
-#    fails, and leaves the other stack's mount alone.
+#    fails, and leaves the other stack's mount alone;
+#  - a port taken between its pick and the daemon's bind: the daemon is
+#    started again on others.
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/s3.sh"
 
@@ -327,5 +329,43 @@ cmp -s "$SRC/hello.txt" "$MNT/hello.txt" || fail "the other stack's mount was ta
 "$CISTERN" local --stop "$MNT" --state-dir "$OTHER" >/dev/null 2>&1 ||
 	fail "--stop of the stack that mounted first"
 assert_stopped "$OTHER" "the stack that mounted first"
+
+# A port picked free but taken before the daemon binds it (another stack
+# starting beside this one picked it too): the daemon is started again on
+# others. The worker's stand-in lets a listener take its RPC port first.
+log "a port taken between the pick and the bind"
+THIEF="$CIS_TMP/thief"
+mkdir -p "$THIEF"
+ln -s "$CIS_BUILD/master/cistern-master" "$THIEF/cistern-master"
+ln -s "$CIS_BUILD/fuse/cistern-fuse" "$THIEF/cistern-fuse"
+cat >"$THIEF/cistern-worker" <<WORKER
+#!/bin/sh
+if [ ! -e "$THIEF/taken" ]; then
+	touch "$THIEF/taken"
+	port=\$(echo "\$@" | sed 's/.*--rpc-port \([0-9]*\).*/\1/')
+	python3 -c 'import os, socket, sys, time
+s = socket.socket()
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen()
+open(sys.argv[2], "w").write(str(os.getpid()))
+time.sleep(120)' "\$port" "$THIEF/pid" >/dev/null 2>&1 &
+	while [ ! -s "$THIEF/pid" ]; do sleep 0.1; done
+	echo "\$port" >"$THIEF/port"
+fi
+exec "$CIS_BUILD/worker/cistern-worker" "\$@"
+WORKER
+chmod +x "$THIEF/cistern-worker"
+cis_on_exit "kill \$(cat $THIEF/pid)"
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$THIEF" --timeout 60 2>&1) ||
+	fail "a start whose worker port was taken failed: $out"
+[ -s "$THIEF/port" ] || fail "the worker's stand-in did not take its port"
+taken=$(cat "$THIEF/port")
+[ "$(jq -r .worker_rpc_port "$STATE/local.json")" != "$taken" ] ||
+	fail "the worker still has the taken port $taken"
+assert_contains "$(cat "$STATE/logs/local.log")" "starting it again on others" "port taken logged"
+compare_tree "$SRC" "after a port was taken"
+"$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "--stop after a port was taken"
+assert_stopped "$STATE" "port taken"
+kill "$(cat "$THIEF/pid")"
 
 log "test_local: ok"
