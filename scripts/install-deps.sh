@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of Cistern, by package name, from
 # Debian and npm. Idempotent: a second run with everything present is quick.
-# Usage: scripts/install-deps.sh [--build-only]
+# Usage: scripts/install-deps.sh [--build-only | --run]
+#   --build-only  what the build needs
+#   --run         that and what `make run` needs (python3 for the demo
+#                 dataset), not the test rig (npm, s3rver, helm, kubectl)
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-build_only=0
-[ "${1:-}" = "--build-only" ] && build_only=1
+mode=${1:-all}
 
 build_pkgs=(
 	build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
@@ -19,14 +21,20 @@ test_pkgs=(
 	python3 unzip jq gnuplot-nox attr
 )
 
+run_pkgs=(python3)
+
 want=("${build_pkgs[@]}")
-if [ "$build_only" = 0 ]; then
+case $mode in
+--build-only) ;;
+--run) want+=("${run_pkgs[@]}") ;;
+*)
 	want+=("${test_pkgs[@]}")
 	# A machine may carry Node.js from elsewhere (its npm bundled); Debian's
 	# packages are needed only where the commands are missing.
 	command -v node >/dev/null || want+=(nodejs)
 	command -v npm >/dev/null || want+=(npm)
-fi
+	;;
+esac
 
 missing=()
 for p in "${want[@]}"; do
@@ -40,7 +48,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-[ "$build_only" = 1 ] && exit 0
+[ "$mode" = all ] || exit 0
 
 # npm tools for the test rig, pinned, installed into the tree (git-ignored).
 node_dir="$top/tests/node"

