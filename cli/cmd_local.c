@@ -1395,14 +1395,33 @@ static bool path_within(const char *path, const char *dir)
 
 /* A mount point over the file:// store's own directory (or around it)
  * would have the master read its store through its own mount and hang;
- * one over the state directory would hide it from the daemons. */
+ * one over the state directory or a cache directory would hide it from the
+ * daemons (the worker, finding its cache gone, caches nothing). */
 static int check_overlaps(const local_stack *s, cis_errmsg *em)
 {
+	const char *const *caches = NULL;
+	size_t ncache = cis_config_multi(s->cfg, "cache-dir", &caches);
 	char store[PATH_MAX];
 
 	if (path_within(s->state, s->mnt))
 		return cis_fail(em, -EINVAL, "%s: the state directory %s is inside it", s->mnt,
 		                s->state);
+	for (size_t i = 0; i < ncache; i++) {
+		char dir[PATH_MAX], abs[PATH_MAX];
+		size_t len = strcspn(caches[i], ":"); /* DIR[:SIZE] */
+		cis_errmsg unresolved = {{0}};
+
+		if (len == 0 || len >= sizeof(dir))
+			continue; /* the worker refuses it */
+		memcpy(dir, caches[i], len);
+		dir[len] = 0;
+		/* Resolved as the mount point is: symbolic links followed, a
+		 * missing last component taken as it will be made. */
+		if (abs_mountpoint(dir, abs, sizeof(abs), &unresolved) == 0 &&
+		    path_within(abs, s->mnt))
+			return cis_fail(em, -EINVAL, "%s: the cache directory %s is inside it",
+			                s->mnt, dir);
+	}
 	if (strncmp(s->uri, "file://", 7) != 0 || !realpath(s->uri + 7, store))
 		return 0;
 	if (path_within(s->mnt, store) || path_within(store, s->mnt))

@@ -15,9 +15,9 @@
 #    `make run`'s script stopped with SIGTERM (the stack stops with it),
 #    `make run` installing no test tools;
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
-#    unsupported URI, a mount point over the store, a daemon that dies at
-#    start, a FUSE client that cannot mount: one clear line, exit 1,
-#    nothing left running or mounted;
+#    unsupported URI, a mount point over the store or around a cache
+#    directory, a daemon that dies at start, a FUSE client that cannot
+#    mount: one clear line, exit 1, nothing left running or mounted;
 #  - two starts on one mount point at once: the second FUSE client's stack
 #    fails, and leaves the other stack's mount alone;
 #  - a port taken between its pick and the daemon's bind: the daemon is
@@ -203,6 +203,14 @@ out=$("$CISTERN" local "file://$SRC" "$SRC/a" --state-dir "$STATE" 2>&1) &&
 assert_contains "$out" "overlaps the store" "mount point inside the store"
 is_mounted "$SRC/a" && fail "the store was mounted over"
 assert_stopped "$STATE" "mount point inside the store"
+
+# A cache directory under the mount point: hidden from the worker once the
+# mount is made, it would cache nothing. Refused, and nothing made there.
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --cache-dir "$MNT/cache" 2>&1) &&
+	fail "a cache directory inside the mount point was accepted: $out"
+assert_contains "$out" "the cache directory $MNT/cache is inside it" "cache dir inside the mount point"
+[ ! -e "$MNT/cache" ] || fail "the refused start made $MNT/cache"
+assert_stopped "$STATE" "cache dir inside the mount point"
 
 # `make run` (scripts/run-local.sh) killed with SIGTERM, as make passes it on
 # to its recipe when make itself is killed: the stack stops with it.
