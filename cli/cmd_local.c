@@ -123,6 +123,7 @@ typedef struct local_stack {
 static int mkdir_p(const char *path)
 {
 	char tmp[PATH_MAX];
+	struct stat st;
 	size_t n = strlen(path);
 
 	if (n == 0 || n >= sizeof(tmp))
@@ -136,9 +137,13 @@ static int mkdir_p(const char *path)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+	if (mkdir(tmp, 0700) == 0)
+		return 0;
+	if (errno != EEXIST)
 		return -errno;
-	return 0;
+	if (stat(tmp, &st) < 0) /* a file of that name is no directory */
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
 static bool path_join(char *out, size_t len, const char *a, const char *b)
@@ -1339,7 +1344,9 @@ static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_
 }
 
 /* The worker's --cache-dir arguments: each --cache-dir, one without a
- * size given half the free space in it (1..64 GiB); none: STATE/cache so. */
+ * size given half the free space in it (1..64 GiB); none: STATE/cache so.
+ * One that is a file is refused: the worker would start without it and,
+ * with no other, cache nothing. */
 static int cache_args(local_stack *s, cis_errmsg *em)
 {
 	const char *const *dirs = NULL;
@@ -1356,13 +1363,25 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 	for (size_t i = 0; i < n; i++) {
 		struct statvfs vfs;
 		uint64_t size = 4ull << 30;
+		size_t len = strcspn(dirs[i], ":"); /* DIR[:SIZE] */
+		char dir[PATH_MAX];
+		struct stat st;
 		char *arg;
 
-		if (strchr(dirs[i], ':')) {
+		if (len >= sizeof(dir))
+			return cis_fail(em, -ENAMETOOLONG, "--cache-dir %s: path too long",
+			                dirs[i]);
+		memcpy(dir, dirs[i], len);
+		dir[len] = 0;
+		if (dirs[i][len] == ':') {
+			/* The worker makes it; one that is a file it would skip. */
+			if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+				return cis_fail(em, -ENOTDIR, "--cache-dir %s: %s", dir,
+				                cis_strerror(-ENOTDIR));
 			arg = strdup(dirs[i]);
 		} else {
-			if ((rc = mkdir_p(dirs[i])) < 0)
-				return cis_fail(em, rc, "%s: cannot create: %s", dirs[i],
+			if ((rc = mkdir_p(dir)) < 0)
+				return cis_fail(em, rc, "--cache-dir %s: %s", dir,
 				                cis_strerror(rc));
 			if (statvfs(dirs[i], &vfs) == 0) {
 				size = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;

@@ -16,8 +16,9 @@
 #    `make run` installing no test tools;
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
 #    unsupported URI, a mount point over the store or around a cache
-#    directory, a daemon that dies at start, a FUSE client that cannot
-#    mount: one clear line, exit 1, nothing left running or mounted;
+#    directory, a --cache-dir that is a file, a daemon that dies at start,
+#    a FUSE client that cannot mount: one clear line, exit 1, nothing left
+#    running or mounted;
 #  - two starts on one mount point at once: the second FUSE client's stack
 #    fails, and leaves the other stack's mount alone;
 #  - a port taken between its pick and the daemon's bind: the daemon is
@@ -211,6 +212,14 @@ out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --cache-dir "$M
 assert_contains "$out" "the cache directory $MNT/cache is inside it" "cache dir inside the mount point"
 [ ! -e "$MNT/cache" ] || fail "the refused start made $MNT/cache"
 assert_stopped "$STATE" "cache dir inside the mount point"
+# A --cache-dir that is a file, with a size or without: the worker would run
+# without it and cache nothing. Refused.
+for cache in "$SRC/hello.txt" "$SRC/hello.txt:1G"; do
+	out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --cache-dir "$cache" 2>&1) &&
+		fail "--cache-dir $cache, a file, was accepted: $out"
+	assert_contains "$out" "--cache-dir $SRC/hello.txt: Not a directory" "--cache-dir $cache"
+	assert_stopped "$STATE" "--cache-dir $cache"
+done
 
 # `make run` (scripts/run-local.sh) killed with SIGTERM, as make passes it on
 # to its recipe when make itself is killed: the stack stops with it.
