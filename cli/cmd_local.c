@@ -622,7 +622,26 @@ static void stack_teardown(local_stack *s)
 	child_stop(s, &s->master, 10000);
 }
 
-/* Poll GET /readyz until 200, the child exits, a stop signal or timeout. */
+/* Fail the start when a daemon of the stack has died: the one waited for,
+ * else one started before it (the stack cannot come up without it, and
+ * waiting on would end in a timeout that blames the one waited for). */
+static int check_alive(local_stack *s, local_child *waited, cis_errmsg *em)
+{
+	local_child *order[] = {waited, &s->master, &s->worker, &s->fuse};
+
+	reap(s);
+	for (size_t i = 0; i < 4; i++) {
+		char why[768];
+
+		if (order[i]->pid == 0 || child_alive(order[i]))
+			continue; /* not started yet, or running */
+		child_describe_exit(order[i], why, sizeof(why));
+		return cis_fail(em, -ECHILD, "%s", why);
+	}
+	return 0;
+}
+
+/* Poll GET /readyz until 200, a daemon exits, a stop signal or timeout. */
 static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_errmsg *em)
 {
 	char base[64];
@@ -635,13 +654,8 @@ static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_er
 		json_t *body = NULL;
 		int rc, sig;
 
-		reap(s);
-		if (!child_alive(c)) {
-			char why[768];
-
-			child_describe_exit(c, why, sizeof(why));
-			return cis_fail(em, -ECHILD, "%s", why);
-		}
+		if ((rc = check_alive(s, c, em)) < 0)
+			return rc;
 		rc = cis_http_call(base, "GET", "/readyz", NULL, 1000, &status, &body, &last);
 		json_decref(body);
 		if (rc == 0 && status == 200)
@@ -865,15 +879,10 @@ static int wait_mounted(local_stack *s, cis_errmsg *em)
 	uint64_t deadline = cis_mono_ms() + (uint64_t)s->timeout_ms;
 
 	for (;;) {
-		int sig;
+		int rc, sig;
 
-		reap(s);
-		if (!child_alive(&s->fuse)) {
-			char why[768];
-
-			child_describe_exit(&s->fuse, why, sizeof(why));
-			return cis_fail(em, -ECHILD, "%s", why);
-		}
+		if ((rc = check_alive(s, &s->fuse, em)) < 0)
+			return rc;
 		if (mounted_fuse(s->mnt) && holds_fuse_device(s->fuse.pid)) {
 			s->fuse_mounted = true;
 			return 0;
@@ -1009,7 +1018,8 @@ static int start_daemon(local_stack *s, local_child *c,
 	for (int attempt = 1;; attempt++) {
 		int rc = start(s, em);
 
-		if (rc != -ECHILD || attempt == LOCAL_PORT_TRIES || !repick_lost_ports(s, c))
+		if (rc != -ECHILD || child_alive(c) || attempt == LOCAL_PORT_TRIES ||
+		    !repick_lost_ports(s, c))
 			return rc;
 		fprintf(stderr,
 		        "cistern local: %s: its port was taken as it started (%s); "
@@ -1035,9 +1045,13 @@ static int stack_start(local_stack *s, cis_errmsg *em)
 	if ((rc = mkdir_p(mdata)) < 0 || (rc = mkdir_p(wstate)) < 0)
 		return cis_fail(em, rc, "%s: cannot create: %s", s->state, cis_strerror(rc));
 	if ((rc = start_daemon(s, &s->master, start_master, em)) < 0 ||
-	    (rc = start_daemon(s, &s->worker, start_worker, em)) < 0 ||
-	    (rc = mount_root(s, em)) < 0)
+	    (rc = start_daemon(s, &s->worker, start_worker, em)) < 0)
 		return rc;
+	if ((rc = mount_root(s, em)) < 0) {
+		int died = check_alive(s, &s->master, em); /* says more than the request */
+
+		return died < 0 ? died : rc;
+	}
 	return start_daemon(s, &s->fuse, start_fuse, em);
 }
 

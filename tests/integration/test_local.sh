@@ -16,9 +16,9 @@
 #    `make run` installing no test tools;
 #  - failures: a bad --fuse-option, a bucket that does not exist, an
 #    unsupported URI, a mount point over the store or around a cache
-#    directory, a --cache-dir that is a file, a daemon that dies at start,
-#    a FUSE client that cannot mount: one clear line, exit 1, nothing left
-#    running or mounted;
+#    directory, a --cache-dir that is a file, a daemon that dies at start
+#    (or while the next one starts), a FUSE client that cannot mount: one
+#    clear line, exit 1, nothing left running or mounted;
 #  - two starts on one mount point at once: the second FUSE client's stack
 #    fails, and leaves the other stack's mount alone;
 #  - a port taken between its pick and the daemon's bind: the daemon is
@@ -324,6 +324,23 @@ out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$STU
 	fail "a FUSE client that cannot mount was not reported"
 assert_contains "$out" "cistern-fuse exited with status 4" "failing FUSE client"
 assert_stopped "$STATE" "failing FUSE client"
+
+# A master that dies while the worker starts: the start fails at once,
+# naming the master, not after --timeout blaming the worker.
+STUB3="$CIS_TMP/stub3"
+mkdir -p "$STUB3"
+printf '#!/bin/sh\n%s "$@" &\nmaster=$!\nsleep 1\nkill -9 $master\nexit 9\n' \
+	"$CIS_BUILD/master/cistern-master" >"$STUB3/cistern-master"
+printf '#!/bin/sh\nsleep 3\nexec %s "$@"\n' "$CIS_BUILD/worker/cistern-worker" >"$STUB3/cistern-worker"
+ln -s "$CIS_BUILD/fuse/cistern-fuse" "$STUB3/cistern-fuse"
+chmod +x "$STUB3/cistern-master" "$STUB3/cistern-worker"
+started=$SECONDS
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$STUB3" --timeout 30 2>&1) &&
+	fail "a master that died while the worker started was not reported"
+assert_contains "$out" "cistern-master exited with status 9" "master dying while the worker starts"
+[ $((SECONDS - started)) -lt 15 ] ||
+	fail "master dying while the worker starts: noticed only after $((SECONDS - started)) s: $out"
+assert_stopped "$STATE" "master dying while the worker starts"
 
 # Two stacks started together on one mount point (other state dirs): the
 # one whose FUSE client comes second must fail, not take the other's mount
