@@ -116,6 +116,13 @@ static cis_ufs *open_fake_store(cis_errmsg *em)
 	return u;
 }
 
+/* The fake store answering every request with this listing. */
+static cis_ufs *listing_store(const char *xml, cis_errmsg *em)
+{
+	set_reply("200 OK", NULL, xml);
+	return open_fake_store(em);
+}
+
 /* Read bytes [off, off+len) of s3://bkt/obj from the fake store. */
 static int s3_get(uint64_t off, uint64_t len, sink *out, cis_errmsg *em)
 {
@@ -242,10 +249,8 @@ Test(s3_range, listed_keys_outside_the_prefix_skipped)
 	    "</ListBucketResult>";
 	cis_errmsg em = {{0}};
 	cis_ufs_page page;
-	cis_ufs *u;
+	cis_ufs *u = listing_store(xml, &em);
 
-	set_reply("200 OK", NULL, xml);
-	u = open_fake_store(&em);
 	cr_assert_eq(cis_ufs_list(u, "some/long/dir", NULL, 0, &page, &em), 0, "%s", em.text);
 	cr_assert_eq(page.n, 1);
 	cr_assert_str_eq(page.entries[0].name, "ok");
@@ -267,10 +272,8 @@ Test(s3_range, listing_that_repeats_its_token_refused)
 	    "</ListBucketResult>";
 	cis_errmsg em = {{0}};
 	cis_ufs_page page;
-	cis_ufs *u;
+	cis_ufs *u = listing_store(xml, &em);
 
-	set_reply("200 OK", NULL, xml);
-	u = open_fake_store(&em);
 	cr_assert_eq(cis_ufs_list(u, "d", NULL, 0, &page, &em), 0, "%s", em.text);
 	cr_assert_str_eq(page.next_token, "T1");
 	cis_ufs_page_free(&page);
