@@ -411,7 +411,8 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 	err = mst_txn_commit(txn);
 	if (err) {
 		nd->n = 0;
-		cis_fail(em, err, "lmdb commit: %s", cis_strerror(err));
+		cis_fail(em, err, "storing a listing of %zu entries: %s%s", l->n, cis_strerror(err),
+		         err == -ENOSPC ? " (the master's data directory is full)" : "");
 	}
 out_free:
 	kids_free(&k);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "cistern/log.h"
 #include "master.h"
@@ -110,9 +111,28 @@ int mst_txn_begin(mst_master *m, bool write, MDB_txn **txn)
 	return lmdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
+/* Whether the file system holding env's files has under 1 MiB left. */
+static bool env_disk_full(MDB_env *env)
+{
+	const char *path;
+	struct statvfs vfs;
+	return mdb_env_get_path(env, &path) == 0 && statvfs(path, &vfs) == 0 &&
+	       (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20);
+}
+
 int mst_txn_commit(MDB_txn *txn)
 {
-	return lmdb_err(mdb_txn_commit(txn));
+	MDB_env *env = mdb_txn_env(txn);
+	int rc = mdb_txn_commit(txn);
+	/* LMDB reports a write the full disk cut short as EIO: say what it is.
+	 * Nothing of the transaction was committed, and the database is as it
+	 * was before it. */
+	if (rc == EIO && env_disk_full(env))
+		rc = ENOSPC;
+	if (rc == ENOSPC)
+		cis_log_limited(CIS_LOG_ERROR, "lmdb-full", 60,
+		                "the master's data directory is full: changes are refused", NULL);
+	return lmdb_err(rc);
 }
 
 int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out)

@@ -3,7 +3,8 @@
 # ports: file:// and S3 (s3rver behind a SigV4-verifying front) mounts,
 # nesting, lazy listing, sync after changes in the store, concurrent
 # listings (one store listing), bad input, credentials never shown,
-# kill -9 persistence, and listing new subdirectories ahead of a walk.
+# kill -9 persistence, listing new subdirectories ahead of a walk, and a
+# full data directory.
 source "$CIS_SRC/tests/integration/lib/common.sh"
 
 MASTER=$CIS_BUILD/master/cistern-master
@@ -330,6 +331,34 @@ wait_for 20 lists_since_at_least "$lists" 12
 sleep 0.5
 assert_eq "$(($(metric cistern_master_store_lists_total) - lists))" 12 "6 asked for, 6 deeper/"
 assert_contains "$(cli stat /walk/b/y/f.txt)" "key:      walk/b/y/f.txt"
+
+# ---- a full data directory ----
+# A listing that does not fit is refused with the cause; nothing is lost,
+# and the master goes on answering.
+FULL=$CIS_TMP/full
+mkdir -p "$FULL/data" "$FULL/src/big" "$FULL/src/small"
+mount -t tmpfs -o size=3m tmpfs "$FULL/data" || fail "tmpfs for a full data dir"
+cis_on_exit "umount -l '$FULL/data'"
+python3 -c 'import sys
+for i in range(50000): open("%s/f_%07d_with_a_longer_name" % (sys.argv[1], i), "w").close()' "$FULL/src/big"
+touch "$FULL/src/small/one"
+FHTTP=$(free_port)
+"$MASTER" --data-dir "$FULL/data" --bind 127.0.0.1 --rpc-port "$(free_port)" --http-port "$FHTTP" \
+	>>"$CIS_TMP/master-full.log" 2>&1 &
+FPID=$!
+cis_on_exit "kill -9 $FPID"
+wait_for 20 curl -fsS "http://127.0.0.1:$FHTTP/healthz"
+fcli() { CISTERN_API=127.0.0.1:$FHTTP "$CLI" "$@" 2>&1; }
+fcli mount /small "file://$FULL/src/small" >/dev/null || fail "mount on the small data dir"
+fcli mount /big "file://$FULL/src/big" >/dev/null || fail "mount on the small data dir (big)"
+out=$(fcli ls /big) && fail "a listing larger than the data dir was stored"
+assert_contains "$out" "No space left on device (the master's data directory is full)"
+grep -q "the master's data directory is full" "$CIS_TMP/master-full.log" ||
+	fail "no log line for the full data dir"
+kill -0 "$FPID" || fail "the master died on a full data dir"
+assert_eq "$(fcli ls /small)" "one" "a small listing on the full data dir"
+assert_contains "$(fcli mounts)" "/big"
+kill "$FPID"
 
 # ---- credentials never shown ----
 if [ -n "$SECRET" ]; then
