@@ -12,11 +12,13 @@
  * opened without MDB_NOSYNC: a committed mount or listing survives kill -9. */
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "cistern/lmdb_lock.h"
 #include "cistern/log.h"
 #include "master.h"
 
@@ -41,6 +43,11 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
 		return cis_fail(em, -errno, "data dir %s: %s", dir, strerror(errno));
+	char lock[PATH_MAX];
+	snprintf(lock, sizeof(lock), "%s/lock.mdb", dir);
+	rc = cis_lmdb_lock_prepare(lock, em);
+	if (rc)
+		return rc;
 	rc = mdb_env_create(&m->env);
 	if (rc)
 		return cis_fail(em, lmdb_err(rc), "lmdb: %s", mdb_strerror(rc));

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cistern/lmdb_lock.h"
 #include "cistern/log.h"
 #include "cistern/time.h"
 
@@ -1313,6 +1314,10 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		              o->state_dir, strerror(errno));
 		goto out_dirs;
 	}
+	snprintf(p, sizeof(p), "%s/index.mdb-lock", o->state_dir);
+	rc = cis_lmdb_lock_prepare(p, em);
+	if (rc)
+		goto out_dirs;
 	snprintf(p, sizeof(p), "%s/index.mdb", o->state_dir);
 	if ((rc = mdb_env_create(&bs->env)) || (rc = mdb_env_set_maxdbs(bs->env, 4)) ||
 	    (rc = mdb_env_set_mapsize(bs->env, 4ull << 30)) ||

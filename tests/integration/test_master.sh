@@ -359,6 +359,22 @@ kill -0 "$FPID" || fail "the master died on a full data dir"
 assert_eq "$(fcli ls /small)" "one" "a small listing on the full data dir"
 assert_contains "$(fcli mounts)" "/big"
 kill "$FPID"
+# Started on a file system with no room left, the master and the worker
+# refuse with the cause (they died of a SIGBUS writing LMDB's mapped lock
+# file).
+head -c 4M /dev/zero >"$FULL/data/filler" 2>/dev/null || true # until it is full
+rc=0
+out=$(timeout 20 "$MASTER" --data-dir "$FULL/data/m2" --bind 127.0.0.1 --rpc-port "$(free_port)" \
+	--http-port "$(free_port)" 2>&1) || rc=$?
+assert_eq "$rc" 1 "exit status of a master started on a full disk"
+assert_contains "$out" "lock.mdb: No space left on device"
+mkdir -p "$CIS_TMP/wcache"
+rc=0
+out=$(timeout 20 "$CIS_BUILD/worker/cistern-worker" --master "127.0.0.1:$RPC" \
+	--state-dir "$FULL/data/w" --cache-dir "$CIS_TMP/wcache:64M" --rpc-port "$(free_port)" \
+	--http-port "$(free_port)" --socket "$CIS_TMP/w.sock" 2>&1) || rc=$?
+assert_eq "$rc" 1 "exit status of a worker started on a full disk"
+assert_contains "$out" "index.mdb-lock: No space left on device"
 
 # ---- credentials never shown ----
 if [ -n "$SECRET" ]; then
