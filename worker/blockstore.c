@@ -636,7 +636,9 @@ int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size
 	return fd;
 }
 
-/* Rename tmp_path to block path p (making its subdirectory if need be). */
+/* Rename tmp_path to block path p (making its subdirectory if need be).
+ * A subdirectory that cannot be made says why (ENOSPC: no inode or block
+ * left for it), not the rename's ENOENT, which reads as a vanished dir. */
 static int put_in_place(const char *tmp_path, const char *p)
 {
 	if (rename(tmp_path, p) == 0)
@@ -648,6 +650,8 @@ static int put_in_place(const char *tmp_path, const char *p)
 		snprintf(sub, sizeof(sub), "%.*s", (int)(strrchr(p, '/') - p), p);
 		if (mkdir(sub, 0755) == 0 || errno == EEXIST)
 			rc = rename(tmp_path, p) < 0 ? -errno : 0;
+		else
+			rc = -errno;
 	}
 	return rc;
 }

@@ -4,8 +4,9 @@
 # single flight, short-circuit fds, warm restart after kill -9 with
 # reconcile, corruption (first read after restart and the scrubber),
 # eviction under watermarks, scan resistance, pins and leases, and the
-# faults: files deleted or truncated behind the worker, a full disk, a
-# read-only dir, a vanished dir, a missing object, garbage on both sockets.
+# faults: files deleted or truncated behind the worker, a full disk, one
+# out of inodes, a read-only dir, a vanished dir, a missing object,
+# garbage on both sockets.
 source "$CIS_SRC/tests/integration/lib/common.sh"
 
 WORKER=$CIS_BUILD/worker/cistern-worker
@@ -369,6 +370,31 @@ if wcl W3 f.bin local 3 >/dev/null 2>"$CIS_TMP/err"; then :; else
 	assert_contains "$(cat "$CIS_TMP/err")" "cache"
 fi
 kill_pid "$W3_PID"
+
+log "no inode left for a block's subdirectory: a full disk, not a vanished dir"
+# A tmpfs of 5 inodes: its root, .tmp, then per block a temporary file and,
+# at commit, the subdirectory named for the id's first two hex digits. The
+# second block's subdirectory finds no inode left (ENOSPC): the dir is full
+# and shrinks to what it holds. The failed mkdir was reported as the
+# rename's ENOENT, and the dir taken for gone: caching there paused.
+mkdir -p "$CIS_TMP/inodes"
+mount -t tmpfs -o size=16m,nr_inodes=5 tmpfs "$CIS_TMP/inodes" || fail "cannot mount a tmpfs"
+cis_on_exit "umount -l $CIS_TMP/inodes"
+start_worker W8 --cache-dir "$CIS_TMP/inodes:8M"
+blocks=() seen=""
+for b in 0 1 2 3 4 5; do # two blocks whose ids start with other hex pairs
+	id=$(wcl W8 f.bin id $b)
+	case "$seen" in *"${id:0:2}"*) continue ;; esac
+	seen="$seen ${id:0:2}"
+	blocks+=("$b")
+done
+assert_contains "$(wcl W8 f.bin load "${blocks[0]}")" "code=0"
+out=$(wcl W8 f.bin load "${blocks[1]}" 2>&1) || true
+assert_contains "$out" "No space left" "a load that found no inode for its subdirectory"
+b=${blocks[1]}
+wcl W8 f.bin read "$b" 0 0 | cmp - <(expect f.bin $((b * MB)) $MB) || fail "block $b, no inode left"
+assert_not_contains "$(cat "$CIS_TMP/W8.log")" "No such file" "ENOSPC taken for a vanished dir"
+kill_pid "$W8_PID"
 
 log "read-only cache dir"
 mkdir -p "$CIS_TMP/ro"
