@@ -4,12 +4,15 @@
  * written under <dir>/.tmp/ and renamed into place when complete, so a
  * file at a block's name is always whole. The index (LMDB in the state
  * dir, database "blocks": 16-byte id -> bs_rec + dir path) says which dir
- * holds the block, its length, xxh3 checksum, last access and pin.
+ * holds the block, its length, xxh3 checksum, last access and pin;
+ * database "repin" the ids of pinned blocks dropped for a bad file, to be
+ * pinned again when they are cached again.
  *
  * On start the index and the files are reconciled: temporaries are removed,
- * an index entry whose file is missing or has the wrong size is dropped, a
- * file the index does not know is deleted. Blocks loaded from the index are
- * unverified until their first read (or the scrubber) checks the checksum.
+ * an index entry whose file is missing or has the wrong size is dropped
+ * (its pin kept, as for any repair), a file the index does not know is
+ * deleted. Blocks loaded from the index are unverified until their first
+ * read (or the scrubber) checks the checksum.
  *
  * In memory every block has a wrk_block in a hash table and in its dir's
  * SLRU. One mutex guards all of it; file I/O of whole blocks (verify) is
@@ -91,7 +94,8 @@ struct wrk_bs {
 	wrk_block **table;
 	size_t nbuckets, nblocks;
 	MDB_env *env;
-	MDB_dbi dbi_blocks, dbi_meta;
+	MDB_dbi dbi_blocks, dbi_meta, dbi_repin;
+	uint64_t nrepin; /* entries in dbi_repin, under mu */
 	int lock_fd;
 	uint64_t dead_seq; /* names of removed block files (victim.seq), under mu */
 	uint32_t reuse_ms; /* uses closer than this are one (WRK_REUSE_MS) */
@@ -218,6 +222,65 @@ static void idx_del(wrk_bs *bs, cis_block_id id)
 		return;
 	mdb_del(txn, bs->dbi_blocks, &k, NULL); /* MDB_NOTFOUND is fine */
 	mdb_txn_commit(txn);
+}
+
+/* ---- pins kept across a repair ----
+ *
+ * A pinned block dropped because its file went bad (missing, truncated, of
+ * another length, a checksum mismatch, gone with its dir) is fetched again
+ * by its next reader, who knows nothing of the pin, while the master still
+ * counts it pinned and asks no one to pin it again. So its id waits in the
+ * "repin" database until the block is committed again, pinned then, or is
+ * freed or unpinned. An id whose object changed meanwhile is never
+ * committed again: its entry stays, 16 bytes. nrepin spares every commit a
+ * look-up while there are none. Caller holds mu (or owns bs). */
+static void do_keep_pin(wrk_bs *bs, cis_block_id id)
+{
+	uint8_t key[16];
+	MDB_val k = {16, key}, v = {0, key};
+	MDB_txn *txn;
+	int rc;
+
+	wrk_id_to_bytes(id, key);
+	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (rc == 0) {
+		rc = mdb_put(txn, bs->dbi_repin, &k, &v, MDB_NOOVERWRITE);
+		if (rc == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+	}
+	if (rc == 0)
+		bs->nrepin++;
+	else if (rc != MDB_KEYEXIST)
+		cis_log_limited(CIS_LOG_ERROR, "worker:lmdb-repin", 60,
+		                "cannot keep the pin of a dropped block", "err=\"%s\"",
+		                mdb_strerror(rc));
+}
+
+/* Whether id had its pin kept; the entry goes. Caller holds mu. */
+static bool do_take_pin(wrk_bs *bs, cis_block_id id)
+{
+	uint8_t key[16];
+	MDB_val k = {16, key};
+	MDB_txn *txn;
+	int rc;
+
+	if (bs->nrepin == 0)
+		return false;
+	wrk_id_to_bytes(id, key);
+	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (rc)
+		return false;
+	rc = mdb_del(txn, bs->dbi_repin, &k, NULL);
+	if (rc == 0)
+		rc = mdb_txn_commit(txn);
+	else
+		mdb_txn_abort(txn);
+	if (rc)
+		return false;
+	bs->nrepin--;
+	return true;
 }
 
 /* ---- dirs ---- */
@@ -675,7 +738,6 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	b->atime_s = now_s();
 	b->pass_ms = used ? cis_mono_ms() : 0;
 	b->verified = true;
-	b->pinned = pin;
 	block_path(bs->dirs[dir].path, id, p, sizeof(p));
 	/* The rename and the index entry go together under mu: an eviction
 	 * or drop of the same id moves its file away under mu too (bury), so
@@ -700,10 +762,11 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 		free(b);
 		return rc;
 	}
+	b->pinned = do_take_pin(bs, id) || pin;
 	do_insert(bs, b);
 	wrk_slru_insert(&bs->dirs[dir].lru, &b->lru, len);
 	bs->dirs[dir].nblocks++;
-	if (pin)
+	if (b->pinned)
 		bs->dirs[dir].pinned += len;
 	idx_put(bs, b);
 	if (bs->w->link)
@@ -798,14 +861,17 @@ void wrk_bs_release(wrk_bs *bs, wrk_block *b)
 /* Drop b (indexed) and unlock mu. Dropping a block in use removes its
  * file and entry at once (readers keep their open fds) and frees the
  * struct at the last release, so a fresh copy of the same id can be cached
- * meanwhile without confusion. */
-static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
+ * meanwhile without confusion. A repair keeps a pinned block's pin for its
+ * next commit. */
+static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why, bool repair)
 {
 	victim v;
 	bool busy;
 	char hex[CIS_BLOCK_ID_HEX];
 
 	cis_block_id_fmt(b->id, hex);
+	if (repair && b->pinned)
+		do_keep_pin(bs, b->id);
 	v.id = b->id;
 	v.dir = b->dir;
 	v.len = b->len;
@@ -823,15 +889,16 @@ static int drop_unlock(wrk_bs *bs, wrk_block *b, const char *why)
 	return busy ? -EBUSY : 0;
 }
 
-int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why)
+int wrk_bs_free(wrk_bs *bs, cis_block_id id)
 {
 	pthread_mutex_lock(&bs->mu);
+	(void)do_take_pin(bs, id); /* freed while away: no pin to come back */
 	wrk_block *b = do_find(bs, id);
 	if (!b) {
 		pthread_mutex_unlock(&bs->mu);
 		return -ENOENT;
 	}
-	return drop_unlock(bs, b, why);
+	return drop_unlock(bs, b, "freed", false);
 }
 
 int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why)
@@ -842,7 +909,7 @@ int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why)
 		pthread_mutex_unlock(&bs->mu);
 		return -ENOENT;
 	}
-	return drop_unlock(bs, b, why);
+	return drop_unlock(bs, b, why, true);
 }
 
 int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again)
@@ -941,6 +1008,8 @@ int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin)
 	pthread_mutex_lock(&bs->mu);
 	b = do_find(bs, id);
 	if (!b) {
+		if (!pin)
+			(void)do_take_pin(bs, id); /* unpinned while it was away */
 		pthread_mutex_unlock(&bs->mu);
 		return -ENOENT;
 	}
@@ -1124,7 +1193,10 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 	MDB_val k, v;
 	wrk_block **loaded = NULL;
 	size_t nl = 0, cl = 0;
-	cis_block_id *stale = NULL;
+	struct stale_entry {
+		cis_block_id id;
+		bool pinned;
+	} *stale = NULL;
 	size_t ns = 0, cs = 0;
 	int rc;
 
@@ -1134,7 +1206,7 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 	mdb_cursor_open(txn, bs->dbi_blocks, &cur);
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		struct bs_rec rec;
+		struct bs_rec rec = {0};
 		ProtobufCBinaryData kb = {k.mv_size, k.mv_data};
 		cis_block_id id;
 		int dir = -1;
@@ -1160,14 +1232,16 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 		}
 		if (dir < 0) {
 			if (ns == cs) {
-				cis_block_id *n2 = realloc(stale, (cs ? cs * 2 : 64) * sizeof(*n2));
+				struct stale_entry *n2 =
+				    realloc(stale, (cs ? cs * 2 : 64) * sizeof(*n2));
 
 				if (!n2)
 					continue;
 				stale = n2;
 				cs = cs ? cs * 2 : 64;
 			}
-			stale[ns++] = id;
+			stale[ns].id = id;
+			stale[ns++].pinned = (rec.flags & BS_FLAG_PIN) != 0;
 			continue;
 		}
 		if (nl == cl) {
@@ -1208,8 +1282,11 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 			d->pinned += b->len;
 	}
 	free(loaded);
-	for (size_t i = 0; i < ns; i++)
-		idx_del(bs, stale[i]);
+	for (size_t i = 0; i < ns; i++) {
+		idx_del(bs, stale[i].id);
+		if (stale[i].pinned)
+			do_keep_pin(bs, stale[i].id); /* for its next reader's fetch */
+	}
 	if (ns)
 		cis_warn("dropped index entries without a good block file", "count=%zu", ns);
 	free(stale);
@@ -1258,6 +1335,7 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 	wrk_bs *bs;
 	char p[PATH_MAX];
 	MDB_txn *txn;
+	MDB_stat repin_stat = {0};
 	int rc;
 
 	if (o->ndirs < 1 || o->ndirs > WRK_MAX_DIRS)
@@ -1334,10 +1412,13 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
 	if (!rc) {
 		if ((rc = mdb_dbi_open(txn, "blocks", MDB_CREATE, &bs->dbi_blocks)) ||
-		    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &bs->dbi_meta)))
+		    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &bs->dbi_meta)) ||
+		    (rc = mdb_dbi_open(txn, "repin", MDB_CREATE, &bs->dbi_repin)) ||
+		    (rc = mdb_stat(txn, bs->dbi_repin, &repin_stat)))
 			mdb_txn_abort(txn);
 		else
 			rc = mdb_txn_commit(txn);
+		bs->nrepin = rc ? 0 : repin_stat.ms_entries;
 	}
 	if (rc) {
 		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));

@@ -516,7 +516,7 @@ static void handle_free(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 			r.absent++;
 			continue;
 		}
-		rc = wrk_bs_drop(w->bs, id, "freed");
+		rc = wrk_bs_free(w->bs, id);
 		if (rc == 0)
 			r.freed++;
 		else if (rc == -EBUSY)

@@ -186,12 +186,16 @@ int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size
  * its first use is still to come, and will not promote it. */
 int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t sum,
                   const char *tmp_path, bool pin, bool used);
-/* Drop a block (file and index) now; one in use stays readable through the
- * fds already open. 0, -EBUSY (dropped, was in use) or -ENOENT. */
-int wrk_bs_drop(wrk_bs *bs, cis_block_id id, const char *why);
-/* The same for the copy the caller holds (info.blk; release it after):
- * -ENOENT if that copy is gone already, whatever the id names now (a copy
- * fetched again after it was freed must not go for the old one's fault). */
+/* Free a block (a Free request): drop its file and index entry now; one in
+ * use stays readable through the fds already open. A pin kept by a repair
+ * while the block was away is forgotten. 0, -EBUSY (dropped, was in use)
+ * or -ENOENT. */
+int wrk_bs_free(wrk_bs *bs, cis_block_id id);
+/* Drop the copy the caller holds (info.blk; release it after), its file
+ * gone bad: the same as a free, but a pinned block is pinned again when it
+ * is next committed (its next reader fetches it again). -ENOENT if that
+ * copy is gone already, whatever the id names now (a copy fetched again
+ * after it was freed must not go for the old one's fault). */
 int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why);
 /* Read the block's file and compare its checksum. 0 (now verified), or an
  * error: the copy is dropped (by its handle: a copy fetched again meanwhile
@@ -200,7 +204,7 @@ int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why);
  * and then reads the block again only if again (the scrubber) or if that
  * verify did not settle it (failed for lack of memory, say). */
 int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again);
-/* 0, -ENOENT. */
+/* 0, -ENOENT (an unpin then forgets a pin wrk_bs_drop_held kept). */
 int wrk_bs_pin(wrk_bs *bs, cis_block_id id, bool pin);
 /* Note a local I/O failure on dir (ENOSPC, EROFS, EIO, ENOENT of the dir). */
 void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what);

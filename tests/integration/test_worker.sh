@@ -328,6 +328,16 @@ wcl W2 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "leased block di
 wcl W2 hot cat | cmp - "$DATA/hot" || fail "hot set differs"
 assert_eq "$(metric W2 cistern_worker_store_reads_total)" "$reads0" \
 	"pinned, leased and hot blocks survived a scan larger than the cache"
+# A pinned block whose file goes bad is fetched again by its next reader
+# and must stay pinned: it came back unpinned, and the next scan evicted it.
+id=$(wcl W2 f.bin id 0)
+rm "$CIS_TMP/c2/${id:0:2}/$id"
+wcl W2 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "pinned block after its file went"
+for i in $(seq 0 24); do wcl W2 "scan$i" read 0 0 0 >/dev/null; done
+reads0=$(metric W2 cistern_worker_store_reads_total)
+wcl W2 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "repaired pinned block differs"
+assert_eq "$(metric W2 cistern_worker_store_reads_total)" "$reads0" \
+	"a pinned block fetched again after its file went survived a scan"
 kill "$HOLD" 2>/dev/null || true
 out=$(wcl W2 f.bin unpin 0)
 assert_contains "$out" "changed 1"

@@ -1,7 +1,8 @@
 /* The worker's block store (worker/blockstore.c) against a real directory
  * and LMDB: commit and lookup, watermark eviction that spares pinned and
  * in-use blocks, reopen with reconcile, verification, drop while in use,
- * the persisted worker id. */
+ * the pin of a pinned block dropped for a bad file kept for its next
+ * commit, the persisted worker id. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -350,7 +351,7 @@ Test(worker_blockstore, drop_in_use_keeps_the_open_file_readable)
 	cr_assert_eq(wrk_bs_acquire(bs, bid(5), false, &info), 0);
 	fd = open(info.path, O_RDONLY);
 	cr_assert_geq(fd, 0);
-	cr_assert_eq(wrk_bs_drop(bs, bid(5), "test"), -EBUSY);
+	cr_assert_eq(wrk_bs_free(bs, bid(5)), -EBUSY);
 	cr_assert(!wrk_bs_has(bs, bid(5)));
 	cr_assert_neq(access(info.path, F_OK), 0, "file still there");
 	cr_assert_eq(pread(fd, &c, 1, 50), 1);
@@ -365,7 +366,7 @@ Test(worker_blockstore, drop_in_use_keeps_the_open_file_readable)
 	wrk_bs_release(bs, info.blk);
 	cr_assert(wrk_bs_has(bs, bid(5)), "release of the old copy dropped the new one");
 	cr_assert_eq(used(bs), 100);
-	cr_assert_eq(wrk_bs_drop(bs, bid(6), "test"), -ENOENT);
+	cr_assert_eq(wrk_bs_free(bs, bid(6)), -ENOENT);
 	wrk_bs_close(bs);
 }
 
@@ -399,5 +400,89 @@ Test(worker_blockstore, short_of_descriptors_is_not_a_bad_dir)
 	wrk_bs_dir_error(bs, 0, -EROFS, "create");
 	wrk_bs_dir_usage(bs, 0, &u);
 	cr_assert_not(u.writable, "a read-only file system leaves it writable");
+	wrk_bs_close(bs);
+}
+
+static bool pinned(wrk_bs *bs, int i)
+{
+	wrk_blk_info info;
+	bool p;
+
+	cr_assert_eq(wrk_bs_acquire(bs, bid(i), false, &info), 0, "block %d not cached", i);
+	p = info.pinned;
+	wrk_bs_release(bs, info.blk);
+	return p;
+}
+
+/* Drop block i as its reader does on finding its file bad. */
+static void drop_as_bad(wrk_bs *bs, int i)
+{
+	wrk_blk_info info;
+
+	cr_assert_eq(wrk_bs_acquire(bs, bid(i), false, &info), 0, "block %d not cached", i);
+	cr_assert_eq(wrk_bs_drop_held(bs, info.blk, "test"), -EBUSY);
+	wrk_bs_release(bs, info.blk);
+}
+
+static void remove_block_file(int i)
+{
+	char p[PATH_MAX], hex[CIS_BLOCK_ID_HEX];
+
+	cis_block_id_fmt(bid(i), hex);
+	snprintf(p, sizeof(p), "%s/%.2s/%s", cdir, hex, hex);
+	cr_assert_eq(unlink(p), 0);
+}
+
+/* A pinned block dropped because its file went bad (missing, truncated, a
+ * checksum mismatch, the scrubber) is cached again by its next reader, who
+ * knows nothing of the pin: it must come back pinned, since the master
+ * still counts it pinned and asks no one to pin it again. It came back
+ * unpinned and the next scan evicted it. Also across a restart that found
+ * the file missing. */
+Test(worker_blockstore, a_repaired_pinned_block_comes_back_pinned)
+{
+	wrk_bs *bs = open_bs(10000);
+	Cis__DirUsage u = CIS__DIR_USAGE__INIT;
+
+	cr_assert_eq(put(bs, 1, 100, true), 0);
+	drop_as_bad(bs, 1);
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	cr_assert(pinned(bs, 1), "a repaired pinned block came back unpinned");
+	wrk_bs_dir_usage(bs, 0, &u);
+	cr_assert_eq(u.pinned_bytes, 100);
+	cr_assert_eq(put(bs, 2, 100, false), 0);
+	cr_assert_not(pinned(bs, 2), "a block never pinned came back pinned");
+
+	cr_assert_eq(put(bs, 3, 100, true), 0);
+	wrk_bs_close(bs);
+	remove_block_file(3);
+	bs = open_bs(10000);
+	cr_assert_not(wrk_bs_has(bs, bid(3)));
+	cr_assert_eq(put(bs, 3, 100, false), 0);
+	cr_assert(pinned(bs, 3), "a pinned block missing at a restart came back unpinned");
+	wrk_bs_close(bs);
+}
+
+/* A Free forgets the pin, and so does an unpin while the block is away. */
+Test(worker_blockstore, a_freed_or_unpinned_block_is_not_pinned_again)
+{
+	wrk_bs *bs = open_bs(10000);
+
+	cr_assert_eq(put(bs, 1, 100, true), 0);
+	cr_assert_eq(wrk_bs_free(bs, bid(1)), 0);
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	cr_assert_not(pinned(bs, 1), "a freed block came back pinned");
+
+	cr_assert_eq(put(bs, 2, 100, true), 0);
+	drop_as_bad(bs, 2);
+	cr_assert_eq(wrk_bs_pin(bs, bid(2), false), -ENOENT);
+	cr_assert_eq(put(bs, 2, 100, false), 0);
+	cr_assert_not(pinned(bs, 2), "a block unpinned while away came back pinned");
+
+	cr_assert_eq(put(bs, 3, 100, true), 0);
+	drop_as_bad(bs, 3);
+	cr_assert_eq(wrk_bs_free(bs, bid(3)), -ENOENT);
+	cr_assert_eq(put(bs, 3, 100, false), 0);
+	cr_assert_not(pinned(bs, 3), "a block freed while away came back pinned");
 	wrk_bs_close(bs);
 }
