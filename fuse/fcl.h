@@ -77,6 +77,11 @@ bool fcl_lru_get(fcl_lru *l, const void *key, size_t klen, void *val);
  * replaced value is not reported. 0 or -ENOMEM / -EINVAL. */
 int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void *evicted,
                 bool *did_evict);
+/* fcl_lru_put (no eviction reported), unless the key is in place with a
+ * value for which keep(value, arg) is true: then nothing changes and 1 is
+ * returned. The check and the put are one step under the map's lock. */
+int fcl_lru_put_unless(fcl_lru *l, const void *key, size_t klen, const void *val,
+                       bool (*keep)(const void *old, void *arg), void *arg);
 /* Remove; the value is copied to val when found. */
 bool fcl_lru_remove(fcl_lru *l, const void *key, size_t klen, void *val);
 /* Remove the least recently used entry, copying its value out. */

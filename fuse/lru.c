@@ -128,8 +128,9 @@ bool fcl_lru_get(fcl_lru *l, const void *key, size_t klen, void *val)
 	return n != NULL;
 }
 
-int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void *evicted,
-                bool *did_evict)
+/* Insert or replace, unless keep says the value in place stays (1). */
+static int put(fcl_lru *l, const void *key, size_t klen, const void *val, void *evicted,
+               bool *did_evict, bool (*keep)(const void *old, void *arg), void *arg)
 {
 	if (did_evict)
 		*did_evict = false;
@@ -140,6 +141,10 @@ int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void 
 	lru_node **pp = do_find(l, key, klen, h);
 	if (*pp) {
 		lru_node *n = *pp;
+		if (keep && keep(node_val(n), arg)) {
+			pthread_mutex_unlock(&l->lock);
+			return 1;
+		}
 		memcpy(node_val(n), val, l->val_size);
 		list_unlink(n);
 		list_push_front(l, n);
@@ -166,6 +171,18 @@ int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void 
 	}
 	pthread_mutex_unlock(&l->lock);
 	return 0;
+}
+
+int fcl_lru_put(fcl_lru *l, const void *key, size_t klen, const void *val, void *evicted,
+                bool *did_evict)
+{
+	return put(l, key, klen, val, evicted, did_evict, NULL, NULL);
+}
+
+int fcl_lru_put_unless(fcl_lru *l, const void *key, size_t klen, const void *val,
+                       bool (*keep)(const void *old, void *arg), void *arg)
+{
+	return put(l, key, klen, val, NULL, NULL, keep, arg);
 }
 
 bool fcl_lru_remove(fcl_lru *l, const void *key, size_t klen, void *val)

@@ -57,7 +57,6 @@ struct fcl_meta {
 	fcl_lru *entries, *attrs;
 	fcl_lru *opens;        /* ino -> open_ent */
 	pthread_mutex_t olock; /* guards opens, so a key is freed exactly once */
-	pthread_mutex_t plock; /* a put's check of the ticket in place and its put */
 	uint64_t tickets;      /* the last ticket handed out */
 	pthread_mutex_t lock;  /* guards flights */
 	pthread_cond_t landed;
@@ -85,7 +84,6 @@ int fcl_meta_new(const fcl_meta_src *src, uint64_t entry_ms, uint64_t attr_ms, u
 	if (rc)
 		goto out_attrs;
 	pthread_mutex_init(&m->olock, NULL);
-	pthread_mutex_init(&m->plock, NULL);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->landed, NULL);
 	*out = m;
@@ -110,7 +108,6 @@ void fcl_meta_free(fcl_meta *m)
 		free(e.oi.key);
 	fcl_lru_free(m->opens);
 	pthread_mutex_destroy(&m->olock);
-	pthread_mutex_destroy(&m->plock);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->landed);
 	free(m);
@@ -148,23 +145,23 @@ uint64_t fcl_meta_ticket(fcl_meta *m)
 	return __atomic_add_fetch(&m->tickets, 1, __ATOMIC_RELAXED);
 }
 
+static bool put_later(const void *old, void *ticket)
+{
+	return ((const cached *)old)->ticket > *(const uint64_t *)ticket;
+}
+
 /* False when the entry in place came from a later request (this answer is
  * older news and is dropped). */
-static bool cache_put(fcl_meta *m, fcl_lru *l, const unsigned char *k, size_t klen, uint64_t ttl_ns,
+static bool cache_put(fcl_lru *l, const unsigned char *k, size_t klen, uint64_t ttl_ns,
                       bool negative, const fcl_attr *a, uint64_t ticket)
 {
 	if (ttl_ns == 0)
 		return true;
-	cached c = {.expires_ns = cis_mono_ns() + ttl_ns, .ticket = ticket, .negative = negative},
-	       old;
+	cached c = {.expires_ns = cis_mono_ns() + ttl_ns, .ticket = ticket, .negative = negative};
 	if (a)
 		c.attr = *a;
-	pthread_mutex_lock(&m->plock);
-	bool newer = !fcl_lru_get(l, k, klen, &old) || old.ticket <= ticket;
-	if (newer)
-		(void)fcl_lru_put(l, k, klen, &c, NULL, NULL); /* ENOMEM only costs a miss */
-	pthread_mutex_unlock(&m->plock);
-	return newer;
+	/* ENOMEM only costs a miss */
+	return fcl_lru_put_unless(l, k, klen, &c, put_later, &ticket) != 1;
 }
 
 void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr *a,
@@ -172,7 +169,7 @@ void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = entry_key(k, parent, name);
-	cache_put(m, m->entries, k, klen, m->entry_ns, false, a, ticket);
+	cache_put(m->entries, k, klen, m->entry_ns, false, a, ticket);
 	fcl_meta_put_attr(m, a, ticket);
 }
 
@@ -204,7 +201,7 @@ static bool put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, a->ino);
-	if (!cache_put(m, m->attrs, k, klen, m->attr_ns, false, a, ticket))
+	if (!cache_put(m->attrs, k, klen, m->attr_ns, false, a, ticket))
 		return false;
 	/* Another version: what its Open said no longer holds. */
 	if (!a->is_dir)
@@ -222,7 +219,7 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, ino);
 	/* a tombstone (a miss for getattr) that older answers cannot replace */
-	cache_put(m, m->attrs, k, klen, m->attr_ns, true, NULL, fcl_meta_ticket(m));
+	cache_put(m->attrs, k, klen, m->attr_ns, true, NULL, fcl_meta_ticket(m));
 	open_update(m, ino, 0, true);
 }
 
@@ -317,7 +314,7 @@ static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64
 		if (name && f->rc == 0)
 			fcl_meta_put(m, parent, name, &f->attr, ticket);
 		else if (name && f->rc == -ENOENT)
-			cache_put(m, m->entries, k, klen, m->neg_ns, true, NULL, ticket);
+			cache_put(m->entries, k, klen, m->neg_ns, true, NULL, ticket);
 		else if (!name && f->rc == 0)
 			fcl_meta_put_attr(m, &f->attr, ticket);
 

@@ -113,6 +113,30 @@ Test(fuse_inode, forget_bounds_memory)
 
 /* ---- LRU ---- */
 
+static bool larger_in_place(const void *old, void *arg)
+{
+	return *(const int *)old > *(const int *)arg;
+}
+
+/* A put that the value in place vetoes changes nothing. */
+Test(fuse_lru, put_unless_the_value_in_place_says_keep)
+{
+	fcl_lru *l;
+	cr_assert_eq(fcl_lru_new(4, sizeof(int), &l), 0);
+	int k = 7, v = 5, got;
+	cr_assert_eq(fcl_lru_put_unless(l, &k, sizeof(k), &v, larger_in_place, &v), 0, "new key");
+	v = 3;
+	cr_assert_eq(fcl_lru_put_unless(l, &k, sizeof(k), &v, larger_in_place, &v), 1, "kept");
+	cr_assert(fcl_lru_get(l, &k, sizeof(k), &got));
+	cr_assert_eq(got, 5);
+	v = 9;
+	cr_assert_eq(fcl_lru_put_unless(l, &k, sizeof(k), &v, larger_in_place, &v), 0, "replaced");
+	cr_assert(fcl_lru_get(l, &k, sizeof(k), &got));
+	cr_assert_eq(got, 9);
+	cr_assert_eq(fcl_lru_count(l), 1);
+	fcl_lru_free(l);
+}
+
 Test(fuse_lru, bounded_and_evicts_least_recent)
 {
 	fcl_lru *l;
