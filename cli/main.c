@@ -120,20 +120,13 @@ int cli_too_many(const cis_config *cfg, size_t max, const char *cmd)
 
 int cli_parse_num(const char *s, long long min, long long max, long long *out)
 {
-	long long v = 0;
-	if (!*s)
-		return -EINVAL;
-	/* digits only: strtoll would take " 2", "+2" and "-0", and stop at 2^63 */
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-		if (v > (LLONG_MAX - (*p - '0')) / 10)
-			return -ERANGE;
-		v = v * 10 + (*p - '0');
-	}
-	if (v < min || v > max)
+	uint64_t v;
+	int rc = cis_parse_decimal(s, (uint64_t)max, &v);
+	if (rc)
+		return rc;
+	if (v < (uint64_t)min)
 		return -ERANGE;
-	*out = v;
+	*out = (long long)v;
 	return 0;
 }
 

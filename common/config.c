@@ -416,17 +416,14 @@ int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t
                    cis_errmsg *em)
 {
 	const char *s = cis_config_str(cfg, name);
-	char *end;
-	long long v;
+	uint64_t v;
 
 	if (!s)
 		return -ENOENT;
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max)
+	if (min < 0 || max < min || cis_parse_decimal(s, (uint64_t)max, &v) || v < (uint64_t)min)
 		return cis_fail(em, -CIS_E_CONFIG, "--%s: '%s' is not an integer in [%lld, %lld]",
 		                name, s, (long long)min, (long long)max);
-	*out = v;
+	*out = (int64_t)v;
 	return 0;
 }
 
@@ -503,6 +500,25 @@ static int parse_number(const char *s, double *num, const char **unit)
 	if (errno || end != p || !isfinite(*num))
 		return -EINVAL;
 	*unit = end;
+	return 0;
+}
+
+int cis_parse_decimal(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (v > max)
+		return -ERANGE;
+	*out = v;
 	return 0;
 }
 

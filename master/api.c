@@ -90,12 +90,7 @@ static int get_path(const cis_kvlist *q, json_t *body, const char **path, cis_er
  * fraction: "0.5k" is no count), below 2^64. */
 static bool parse_decimal(const char *s, uint64_t *out)
 {
-	char *end;
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno != ERANGE && !*end;
+	return cis_parse_decimal(s, UINT64_MAX, out) == 0;
 }
 
 static bool truthy(const char *s)
@@ -519,20 +514,17 @@ static int get_id(const cis_kvlist *q, json_t *body, uint64_t *id, json_t **out)
 {
 	json_t *v = body ? json_object_get(body, "id") : NULL;
 	const char *s = q ? cis_kvlist_get(q, "id") : NULL;
-	char *end;
 	if (json_is_integer(v) && json_integer_value(v) > 0) {
 		*id = (uint64_t)json_integer_value(v);
 		return 0;
 	}
 	if (!v && s) {
-		/* digits only: strtoull takes blanks and a sign ("-1" is 2^64-1) */
-		if (*s < '0' || *s > '9')
-			return fail_msg(out, 400, "bad job id: digits only (no sign or blanks)");
-		errno = 0;
-		*id = strtoull(s, &end, 10);
-		if (errno == ERANGE)
+		int rc = cis_parse_decimal(s, UINT64_MAX, id);
+		if (rc == -ERANGE)
 			return fail_msg(out, 400, "bad job id: larger than 2^64-1");
-		if (!*end && *id)
+		if (rc)
+			return fail_msg(out, 400, "bad job id: digits only (no sign or blanks)");
+		if (*id)
 			return 0;
 	}
 	return fail_msg(out, 400, "a job id (a positive integer) is required");

@@ -122,6 +122,12 @@ Test(config, errors_are_clear)
 	cr_assert_eq(cis_config_int(cfg, "rpc-port", 1, 65535, &v, &em), -CIS_E_CONFIG);
 	cr_assert(strstr(em.text, "70000") != NULL);
 	cis_config_free(cfg);
+	/* strtoll would take a sign or a blank: a count is digits only. */
+	badint[2] = "+5";
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badint, 1, &em), 0);
+	cr_assert_eq(cis_config_int(cfg, "rpc-port", 1, 65535, &v, &em), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "'+5' is not an integer") != NULL, "%s", em.text);
+	cis_config_free(cfg);
 }
 
 Test(config, help_is_reported)
@@ -163,6 +169,17 @@ Test(parse, sizes)
 	cr_assert_eq(v, 2ull << 40);
 	cr_assert_eq(cis_parse_size("", &v), -EINVAL);
 	cr_assert_eq(cis_parse_size("-1G", &v), -EINVAL);
+	/* Counts: digits only, up to the bound given. */
+	cr_assert_eq(cis_parse_decimal("42", 100, &v), 0);
+	cr_assert_eq(v, 42);
+	cr_assert_eq(cis_parse_decimal("18446744073709551615", UINT64_MAX, &v), 0);
+	cr_assert_eq(v, UINT64_MAX);
+	cr_assert_eq(cis_parse_decimal("18446744073709551616", UINT64_MAX, &v), -ERANGE);
+	cr_assert_eq(cis_parse_decimal("101", 100, &v), -ERANGE);
+	const char *not_counts[] = {"", " 2", "+2", "-0", "2 ", "0x10", "1.5", "2k"};
+	for (size_t i = 0; i < sizeof(not_counts) / sizeof(*not_counts); i++)
+		cr_assert_eq(cis_parse_decimal(not_counts[i], 100, &v), -EINVAL, "'%s'",
+		             not_counts[i]);
 	cr_assert_eq(cis_parse_size("12X", &v), -EINVAL);
 	cr_assert_eq(cis_parse_size("1Gx", &v), -EINVAL);
 	cr_assert_eq(cis_parse_size("99999999999P", &v), -ERANGE);

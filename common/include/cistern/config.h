@@ -54,7 +54,8 @@ const char *cis_config_str(const cis_config *cfg, const char *name);
 bool cis_config_is_set(const cis_config *cfg, const char *name);
 /* A switch or boolean: true for "1", "true", "yes", "on" or a bare flag. */
 bool cis_config_bool(const cis_config *cfg, const char *name);
-/* 0, -ENOENT when unset with no default, or -CIS_E_CONFIG (em says). */
+/* A count in [min, max] (min >= 0), digits only (cis_parse_decimal). 0,
+ * -ENOENT when unset with no default, or -CIS_E_CONFIG (em says). */
 int cis_config_int(const cis_config *cfg, const char *name, int64_t min, int64_t max, int64_t *out,
                    cis_errmsg *em);
 int cis_config_size(const cis_config *cfg, const char *name, uint64_t *out, cis_errmsg *em);
@@ -66,6 +67,9 @@ size_t cis_config_multi(const cis_config *cfg, const char *name, const char *con
 size_t cis_config_npos(const cis_config *cfg);
 const char *cis_config_pos(const cis_config *cfg, size_t i);
 
+/* A count: decimal digits only (no sign, blank, suffix or fraction, which
+ * strtoull would take or skip), at most max. 0, -EINVAL or -ERANGE. */
+int cis_parse_decimal(const char *s, uint64_t max, uint64_t *out);
 /* "200G", "1.5M", "4096", "64k": binary units K/M/G/T (KiB...), optional
  * trailing "B"/"iB". 0 or -EINVAL / -ERANGE. */
 int cis_parse_size(const char *s, uint64_t *out);
