@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cistern/rpc.h"
 #include "cistern/time.h"
 #include "cli.h"
 
@@ -187,8 +188,7 @@ static bool transient(int rc, long status)
 {
 	if (rc == -EREMOTEIO)
 		return status == 502 || status == 503 || status == 504;
-	return rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EHOSTUNREACH ||
-	       rc == -CIS_E_CLOSED;
+	return cis_rpc_unreachable(rc);
 }
 
 /* Poll the job until it ends; what is "load /data/d3" (errors then say
@@ -206,7 +206,10 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 	                 .timeout_ms = WAIT_ASK_MS,
 	                 .quiet = true,
 	                 .status = &status};
-	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=100", id);
+	/* No failure list while it runs (only the end prints it): a poll every
+	 * 100 ms would copy and parse up to 100 records each time. */
+	bool with_failures = false;
+	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=0", id);
 	snprintf(jwhat, sizeof(jwhat), "%s (job %lld)", what, id);
 	for (;;) {
 		json_t *o;
@@ -234,6 +237,13 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 		failing_since = 0;
 		json_t *j = json_object_get(o, "job");
 		bool running = !strcmp(cli_jstr(j, "state"), "running");
+		if (!running && !with_failures) {
+			/* Ended: ask once more, for the summary's failures. */
+			json_decref(o);
+			with_failures = true;
+			snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=100", id);
+			continue;
+		}
 		if (!json && (now - last_line >= (tty ? 250 : 5000) || !running)) {
 			show_progress(j, (double)(now - start) / 1000.0, tty);
 			last_line = now;
