@@ -104,9 +104,10 @@ static void print_failures(const json_t *j)
 	json_t *f;
 	json_array_foreach(json_object_get(j, "failures"), i, f)
 	{
-		/* a path that is not UTF-8 comes in hex */
+		/* a path that is not UTF-8 comes with its bytes in hex beside
+		 * "path" (which has '?' for them) */
 		const char *p = cli_jstr(f, "path");
-		if (!p[0] && cli_jstr(f, "path_hex")[0])
+		if (cli_jstr(f, "path_hex")[0])
 			fprintf(stderr, "failed: (hex) %s: %s\n", cli_jstr(f, "path_hex"),
 			        cli_jstr(f, "error"));
 		else
