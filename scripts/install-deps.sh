@@ -27,12 +27,16 @@ want=("${build_pkgs[@]}")
 case $mode in
 --build-only) ;;
 --run) want+=("${run_pkgs[@]}") ;;
-*)
+all)
 	want+=("${test_pkgs[@]}")
 	# A machine may carry Node.js from elsewhere (its npm bundled); Debian's
 	# packages are needed only where the commands are missing.
 	command -v node >/dev/null || want+=(nodejs)
 	command -v npm >/dev/null || want+=(npm)
+	;;
+*)
+	echo "usage: scripts/install-deps.sh [--build-only | --run]" >&2
+	exit 2
 	;;
 esac
 
