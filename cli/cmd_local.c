@@ -1357,6 +1357,26 @@ static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_
 	return 0;
 }
 
+/* The DIR of a --cache-dir DIR[:SIZE] into dir (len bytes), split at the
+ * last colon when a size follows it, as the worker splits it (a colon in
+ * the path itself stays there); *sized says whether a size was given.
+ * False when DIR is empty or too long. */
+static bool cache_dir_path(const char *arg, char *dir, size_t len, bool *sized)
+{
+	const char *colon = strrchr(arg, ':');
+	uint64_t size;
+	size_t n = strlen(arg);
+
+	*sized = colon && cis_parse_size(colon + 1, &size) == 0;
+	if (*sized)
+		n = (size_t)(colon - arg);
+	if (n == 0 || n >= len)
+		return false;
+	memcpy(dir, arg, n);
+	dir[n] = 0;
+	return true;
+}
+
 /* The worker's --cache-dir arguments: each --cache-dir, one without a
  * size given half the free space in it (1..64 GiB); none: STATE/cache so.
  * One that is a file is refused: the worker would start without it and,
@@ -1377,17 +1397,14 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 	for (size_t i = 0; i < n; i++) {
 		struct statvfs vfs;
 		uint64_t size = 4ull << 30;
-		size_t len = strcspn(dirs[i], ":"); /* DIR[:SIZE] */
 		char dir[PATH_MAX];
 		struct stat st;
+		bool sized;
 		char *arg;
 
-		if (len >= sizeof(dir))
-			return cis_fail(em, -ENAMETOOLONG, "--cache-dir %s: path too long",
-			                dirs[i]);
-		memcpy(dir, dirs[i], len);
-		dir[len] = 0;
-		if (dirs[i][len] == ':') {
+		if (!cache_dir_path(dirs[i], dir, sizeof(dir), &sized))
+			return cis_fail(em, -EINVAL, "--cache-dir %s: want DIR[:SIZE]", dirs[i]);
+		if (sized) {
 			/* The worker makes it; one that is a file it would skip. */
 			if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
 				return cis_fail(em, -ENOTDIR, "--cache-dir %s: %s", dir,
@@ -1397,7 +1414,7 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 			if ((rc = mkdir_p(dir)) < 0)
 				return cis_fail(em, rc, "--cache-dir %s: %s", dir,
 				                cis_strerror(rc));
-			if (statvfs(dirs[i], &vfs) == 0) {
+			if (statvfs(dir, &vfs) == 0) {
 				size = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2;
 				if (size > (64ull << 30))
 					size = 64ull << 30;
@@ -1441,13 +1458,11 @@ static int check_overlaps(const local_stack *s, cis_errmsg *em)
 		                s->state);
 	for (size_t i = 0; i < ncache; i++) {
 		char dir[PATH_MAX], abs[PATH_MAX];
-		size_t len = strcspn(caches[i], ":"); /* DIR[:SIZE] */
 		cis_errmsg unresolved = {{0}};
+		bool sized;
 
-		if (len == 0 || len >= sizeof(dir))
-			continue; /* the worker refuses it */
-		memcpy(dir, caches[i], len);
-		dir[len] = 0;
+		if (!cache_dir_path(caches[i], dir, sizeof(dir), &sized))
+			continue; /* refused where the worker's arguments are made */
 		/* Resolved as the mount point is: symbolic links followed, a
 		 * missing last component taken as it will be made. */
 		if (abs_mountpoint(dir, abs, sizeof(abs), &unresolved) == 0 &&

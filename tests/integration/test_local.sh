@@ -138,18 +138,21 @@ assert_stopped "$STATE" "outside unmount"
 assert_contains "$(cat "$STATE/logs/local.log")" "was unmounted; stopping" "outside unmount logged"
 
 # A mount point given as a symlink (the kernel mounts on its target), a
-# --cache-dir without a size (half the free space there), mount options.
+# --cache-dir without a size (half the free space there) and with a colon
+# in its path (split as the worker splits DIR:SIZE, at the last colon when
+# a size follows it), mount options.
 log "symlinked mount point, --cache-dir without a size, mount options"
 LINK="$CIS_TMP/mnt-link"
 ln -s "$MNT" "$LINK"
 out=$("$CISTERN" local "file://$SRC" "$LINK" --state-dir "$STATE" --timeout 20 \
-	--cache-dir "$CIS_TMP/cache-nosize" -o block_size=64K 2>&1) ||
+	--cache-dir "$CIS_TMP/cache:nosize" -o block_size=64K 2>&1) ||
 	fail "start on a symlinked mount point failed: $out"
 assert_contains "$out" "mounted at $MNT" "symlinked mount point resolved"
 compare_tree "$SRC" "symlinked mount point"
 worker_pid=$(jq -r .worker_pid "$STATE/local.json")
-assert_contains "$(tr '\0' ' ' <"/proc/$worker_pid/cmdline")" "--cache-dir $CIS_TMP/cache-nosize:" \
+assert_contains "$(tr '\0' ' ' <"/proc/$worker_pid/cmdline")" "--cache-dir $CIS_TMP/cache:nosize:" \
 	"--cache-dir without a size"
+[ -d "$CIS_TMP/cache:nosize" ] || fail "--cache-dir with a colon in its path: not made"
 api=$(jq -r .api "$STATE/local.json")
 assert_contains "$("$CISTERN" --api "$api/" mounts 2>&1)" "block_size=64.0 KiB" "block_size option"
 # A second start on the busy state dir with another mount point: refused,
