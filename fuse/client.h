@@ -78,6 +78,7 @@ typedef struct fcl_stats {
 	cis_counter *direct_opens; /* block files opened by the client itself */
 	cis_counter *passthrough_opens;
 	cis_counter *stale_reads;
+	cis_counter *dir_refreshes;
 	cis_counter *master_errors;
 	cis_counter *master_calls[FCL_MOP_N];
 	cis_histogram *read_seconds;  /* per FUSE read */
@@ -103,6 +104,9 @@ typedef struct fcl {
 	fcl_local *local;
 	fcl_remote *remote;
 	fcl_dirahead *da;
+	fcl_dirfresh *df; /* NULL until the session starts */
+	pthread_t df_thread;
+	bool df_started;
 	fcl_stats stats;
 	/* FUSE passthrough (passthrough.c); set while the session starts. */
 	struct {

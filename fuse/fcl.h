@@ -6,6 +6,7 @@
  *   readahead.c per-handle sequential detector and window
  *   versions.c  the version of each file the page cache holds
  *   dirahead.c  files of a directory opened in order: the next ones to prefetch
+ *   dirfresh.c  names of a directory asked one by one: when to list it instead
  *   master.c    master RPC: namespace, open, worker list
  *   local.c     short-circuit: block fds from the local worker, leases
  *   remote.c    streamed block reads from workers over TCP
@@ -249,5 +250,29 @@ void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, si
  * (and then of the next directories), of 1..max_size bytes, not named
  * before; returns how many. */
 size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t *next, size_t max);
+
+/* ---- directory refresh (dirfresh.c) ---- */
+
+typedef struct fcl_dirfresh fcl_dirfresh;
+
+/* Names of one directory asked of the master within the window that get
+ * it listed. */
+#define DF_MISSES    32
+#define DF_WINDOW_NS (10ull * 1000000000ull)
+
+/* gap_ns: the least time between two listings of one directory (0: never
+ * list, as when names are not cached). */
+int fcl_df_new(uint64_t gap_ns, fcl_dirfresh **out);
+void fcl_df_free(fcl_dirfresh *df);
+/* A name in directory dino was asked of the master (monotonic now_ns);
+ * true when that queued the directory for a listing. df may be NULL. */
+bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns);
+/* Wait for a queued directory: 0 with *dino, or -ECANCELED once stopped. */
+int fcl_df_next(fcl_dirfresh *df, uint64_t *dino);
+/* Directory dino holds more names than the caches: never queue it again
+ * while remembered. */
+void fcl_df_too_big(fcl_dirfresh *df, uint64_t dino);
+/* Wake and end every fcl_df_next; queue nothing more. */
+void fcl_df_stop(fcl_dirfresh *df);
 
 #endif

@@ -299,8 +299,9 @@ static void note_listing(fcl *c, uint64_t dino, const fcl_dir *d)
 }
 
 /* The whole listing, in pages of DIR_PAGE; a listing that went stale under
- * us (-ESTALE: the directory was re-synced) starts again. */
-static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
+ * us (-ESTALE: the directory was re-synced) starts again. -EFBIG once it
+ * holds more than max entries (those pages were cached all the same). */
+static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, size_t max, cis_errmsg *em)
 {
 	int rc = -ESTALE;
 	for (int attempt = 0; attempt < 3 && rc == -ESTALE; attempt++) {
@@ -342,6 +343,8 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, cis_errmsg *em)
 			bool done = rep->eof || rep->n_entries == 0;
 			cookie = rep->next_cookie;
 			cis__read_dir_reply__free_unpacked(rep, NULL);
+			if (rc == 0 && !done && d->n > max)
+				rc = cis_fail(em, -EFBIG, "listing: over %zu entries", max);
 			if (rc || done)
 				break;
 		}
@@ -383,7 +386,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
 	if (!d->loaded || off == 0)
-		rc = dir_load(c, to_master(c, ino), d, &em);
+		rc = dir_load(c, to_master(c, ino), d, SIZE_MAX, &em);
 	if (rc) {
 		pthread_mutex_unlock(&d->lock);
 		log_err("readdir", ino, rc, &em);
@@ -456,6 +459,52 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 	fuse_reply_err(req, 0);
+}
+
+/* The directory refresh thread (dirfresh.c decides which): a listing fills
+ * the name and attribute caches and the directory readahead, as a readdir
+ * does. A directory of more names than half the caches hold is left to
+ * lookups: listing it would only push the rest out. */
+static void *refresh_main(void *arg)
+{
+	fcl *c = arg;
+	uint64_t dino;
+	while (fcl_df_next(c->df, &dino) == 0) {
+		fcl_dir d = {.loaded = false};
+		cis_errmsg em = {{0}};
+		int rc = dir_load(c, dino, &d, c->opts->meta_cache / 2, &em);
+		if (rc == 0)
+			cis_counter_inc(c->stats.dir_refreshes);
+		else if (rc == -EFBIG)
+			fcl_df_too_big(c->df, dino);
+		else
+			cis_log_limited(CIS_LOG_WARN, "dir-refresh", 30, "cannot list a directory",
+			                "ino=%llu err=\"%s\"", (unsigned long long)dino,
+			                cis_errmsg_or(&em, rc));
+		dir_clear(&d);
+	}
+	return NULL;
+}
+
+static void refresh_start(fcl *c)
+{
+	if (fcl_df_new((uint64_t)(c->opts->entry_timeout * 1e9 / 2), &c->df))
+		cis_die("out of memory at start-up");
+	if (pthread_create(&c->df_thread, NULL, refresh_main, c) == 0) {
+		c->df_started = true;
+		return;
+	}
+	cis_warn("no directory refresh thread: names are looked up one by one", NULL);
+	fcl_df_free(c->df);
+	c->df = NULL;
+}
+
+static void refresh_stop(fcl *c)
+{
+	if (!c->df_started)
+		return;
+	fcl_df_stop(c->df);
+	pthread_join(c->df_thread, NULL);
 }
 
 /* ---- files ---- */
@@ -1102,6 +1151,7 @@ int main(int argc, char **argv)
 	(void)fcl_workers_refresh(&c, &em);
 	if (pthread_create(&c.bg, NULL, bg_main, &c) == 0)
 		c.bg_started = true;
+	refresh_start(&c);
 	cis_info("mounted", "mountpoint=\"%s\" master=%s root=\"%s\" root_ino=%llu", o.mountpoint,
 	         o.master, o.root, (unsigned long long)c.root_ino);
 
@@ -1129,6 +1179,7 @@ int main(int argc, char **argv)
 	pthread_mutex_unlock(&c.bg_lock);
 	if (c.bg_started)
 		pthread_join(c.bg, NULL);
+	refresh_stop(&c);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
@@ -1138,6 +1189,7 @@ int main(int argc, char **argv)
 	fcl_local_free(c.local);
 	fcl_remote_free(c.remote);
 	fcl_da_free(c.da);
+	fcl_df_free(c.df);
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);
 	fcl_versions_free(c.versions);

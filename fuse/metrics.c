@@ -83,6 +83,9 @@ int fcl_stats_init(fcl *c)
 	s->stale_reads = cis_metrics_counter(s->reg, "cistern_fuse_stale_reads_total", NULL,
 	                                     "Reads that found the object changed in the store "
 	                                     "(ESTALE; the next open asks the master)");
+	s->dir_refreshes = cis_metrics_counter(
+	    s->reg, "cistern_fuse_dir_refreshes_total", NULL,
+	    "Directories listed because their names were being asked of the master one by one");
 	s->master_errors = cis_metrics_counter(s->reg, "cistern_fuse_master_errors_total", NULL,
 	                                       "Master requests that failed");
 	s->read_seconds = cis_metrics_histogram(s->reg, "cistern_fuse_read_seconds", NULL,
@@ -93,7 +96,7 @@ int fcl_stats_init(fcl *c)
 	    0);
 	ok = ok && s->failovers && s->store_errors && s->erofs && s->prefetch_blocks && s->opens &&
 	     s->open_cache_hits && s->direct_opens && s->passthrough_opens && s->stale_reads &&
-	     s->master_errors && s->read_seconds && s->stall_seconds;
+	     s->dir_refreshes && s->master_errors && s->read_seconds && s->stall_seconds;
 	ok = ok &&
 	     cis_metrics_gauge_fn(s->reg, "cistern_fuse_inodes", NULL,
 	                          "Nodes the kernel holds a lookup on", gauge_inodes, c) == 0 &&

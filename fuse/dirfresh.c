@@ -1,0 +1,131 @@
+/* Directory refresh: one listing in place of a master lookup per name.
+ *
+ * A data loader that opens files by names it did not list through this
+ * mount (a file list made once at start), or in an epoch longer than
+ * entry-timeout (every cached name expired since the last one), asks the
+ * master for every file it opens: one round trip on each open's critical
+ * path. One listing of the directory answers all of those names, a page
+ * of entries per round trip, and fills the name and attribute caches for
+ * the lookups still to come.
+ *
+ * This module decides when. Each name the client had to ask the master for
+ * counts against its directory; DF_MISSES of them within DF_WINDOW_NS
+ * queue the directory for a listing, which the caller's thread takes with
+ * fcl_df_next. A directory is queued at most once per gap (half of
+ * entry-timeout): a listing renews its names for a whole entry-timeout,
+ * so misses sooner than that are of names that are new or were evicted,
+ * which listing again would not help. A directory too big for the caches
+ * (fcl_df_too_big) is not queued again while it is remembered.
+ *
+ * Directories are remembered in a direct-mapped table: a collision forgets
+ * one, which at worst delays its listing. */
+#include "fcl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DF_SLOT_BITS 10
+#define DF_QUEUE     8
+
+typedef struct df_slot {
+	uint64_t dino; /* 0: free */
+	uint32_t misses;
+	bool too_big;
+	uint64_t window_ns; /* when the misses counted now began */
+	uint64_t queued_ns; /* 0: never queued */
+} df_slot;
+
+struct fcl_dirfresh {
+	pthread_mutex_t lock;
+	pthread_cond_t queued;
+	uint64_t gap_ns;
+	bool stopped;
+	uint64_t queue[DF_QUEUE];
+	size_t head, len;
+	df_slot slots[1u << DF_SLOT_BITS];
+};
+
+int fcl_df_new(uint64_t gap_ns, fcl_dirfresh **out)
+{
+	fcl_dirfresh *df = calloc(1, sizeof(*df));
+	if (!df)
+		return -ENOMEM;
+	pthread_mutex_init(&df->lock, NULL);
+	pthread_cond_init(&df->queued, NULL);
+	df->gap_ns = gap_ns;
+	*out = df;
+	return 0;
+}
+
+void fcl_df_free(fcl_dirfresh *df)
+{
+	if (!df)
+		return;
+	pthread_cond_destroy(&df->queued);
+	pthread_mutex_destroy(&df->lock);
+	free(df);
+}
+
+static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino)
+{
+	return &df->slots[(dino * 0x9E3779B97F4A7C15ull) >> (64 - DF_SLOT_BITS)];
+}
+
+bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns)
+{
+	if (!df || dino == 0 || df->gap_ns == 0)
+		return false;
+	bool queued = false;
+	pthread_mutex_lock(&df->lock);
+	df_slot *s = slot_of(df, dino);
+	if (s->dino != dino)
+		*s = (df_slot){.dino = dino, .window_ns = now_ns};
+	if (now_ns - s->window_ns > DF_WINDOW_NS) {
+		s->misses = 0;
+		s->window_ns = now_ns;
+	}
+	if (++s->misses >= DF_MISSES && !s->too_big && !df->stopped &&
+	    (s->queued_ns == 0 || now_ns - s->queued_ns >= df->gap_ns) && df->len < DF_QUEUE) {
+		df->queue[(df->head + df->len++) % DF_QUEUE] = dino;
+		s->queued_ns = now_ns;
+		s->misses = 0;
+		queued = true;
+		pthread_cond_signal(&df->queued);
+	}
+	pthread_mutex_unlock(&df->lock);
+	return queued;
+}
+
+int fcl_df_next(fcl_dirfresh *df, uint64_t *dino)
+{
+	pthread_mutex_lock(&df->lock);
+	while (!df->stopped && df->len == 0)
+		pthread_cond_wait(&df->queued, &df->lock);
+	int rc = -ECANCELED;
+	if (!df->stopped) {
+		*dino = df->queue[df->head];
+		df->head = (df->head + 1) % DF_QUEUE;
+		df->len--;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&df->lock);
+	return rc;
+}
+
+void fcl_df_too_big(fcl_dirfresh *df, uint64_t dino)
+{
+	pthread_mutex_lock(&df->lock);
+	df_slot *s = slot_of(df, dino);
+	if (s->dino == dino)
+		s->too_big = true;
+	pthread_mutex_unlock(&df->lock);
+}
+
+void fcl_df_stop(fcl_dirfresh *df)
+{
+	pthread_mutex_lock(&df->lock);
+	df->stopped = true;
+	pthread_cond_broadcast(&df->queued);
+	pthread_mutex_unlock(&df->lock);
+}
