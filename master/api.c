@@ -618,13 +618,23 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	 * more copies of pinned data, with both of this request's settings. */
 	if (!err)
 		err = mst_pin_check(m, path, jp ? pin : -1, jr ? (int64_t)rep : -1, rec && jr, &em);
-	if (!err && jp) {
-		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path, .pin_checked = true};
-		err = mst_job_submit_locked(m, &r, &job, &em);
-	}
+	/* The policy is saved before the pin job starts: a job that ran with
+	 * its policy unsaved would (un)pin blocks the policy does not say. */
 	if (!err)
 		err = mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl,
 		                        rec && jr, &em);
+	if (!err && jp) {
+		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path, .pin_checked = true};
+		err = mst_job_submit_locked(m, &r, &job, &em);
+		if (err) {
+			char why[sizeof(em.text)];
+			snprintf(why, sizeof(why), "%s", cis_errmsg_or(&em, err));
+			cis_fail(&em, err,
+			         "%s: the policy is saved, but the job that %s the cached blocks "
+			         "did not start (%s); set it again to retry",
+			         path, pin ? "pins" : "unpins", why);
+		}
+	}
 	pthread_mutex_unlock(&m->policy_lock);
 	if (err)
 		return fail(out, err, &em);
