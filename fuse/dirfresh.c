@@ -5,34 +5,38 @@
  * entry-timeout (every cached name expired since the last one), asks the
  * master for every file it opens: one round trip on each open's critical
  * path. One listing of the directory answers all of those names, a page
- * of entries per round trip, and fills the name and attribute caches for
- * the lookups still to come.
+ * of 1024 entries per round trip, and fills the name and attribute caches
+ * for the lookups still to come.
  *
- * This module decides when. Each name the client had to ask the master for
- * counts against its directory; DF_MISSES of them within DF_WINDOW_NS
+ * This module decides when. Each name the client had to look up at the
+ * master (and found) counts against its directory; DF_MISSES of them
  * queue the directory for a listing, which the caller's thread takes with
- * fcl_df_next. A directory is queued at most once per gap (half of
- * entry-timeout): a listing renews its names for a whole entry-timeout,
- * so misses sooner than that are of names that are new or were evicted,
- * which listing again would not help. A directory too big for the caches
- * (fcl_df_too_big) is not queued again while it is remembered.
+ * fcl_df_next. By then the misses cost as many round trips as the listing
+ * of a directory of 32,768 names. A directory is queued at most once per
+ * gap (half of entry-timeout): a listing renews its names for a whole
+ * entry-timeout, so misses sooner than that are of names that are new or
+ * were evicted, which listing again would not help. A directory too big
+ * for the caches (fcl_df_too_big) is not queued again.
  *
- * Directories are remembered in a direct-mapped table: a collision forgets
- * one, which at worst delays its listing. */
+ * Directories are remembered in a table of DF_WAYS-way sets: one that
+ * finds its set full takes the place of the one missed least recently,
+ * directories marked too big last; a directory forgotten that way starts
+ * counting again. */
 #include "fcl.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DF_SLOT_BITS 10
-#define DF_QUEUE     8
+#define DF_SET_BITS 10 /* 1024 sets */
+#define DF_WAYS     4
+#define DF_QUEUE    8
 
 typedef struct df_slot {
 	uint64_t dino; /* 0: free */
 	uint32_t misses;
 	bool too_big;
-	uint64_t window_ns; /* when the misses counted now began */
+	uint64_t last_ns;   /* the latest miss */
 	uint64_t queued_ns; /* 0: never queued */
 } df_slot;
 
@@ -43,7 +47,7 @@ struct fcl_dirfresh {
 	bool stopped;
 	uint64_t queue[DF_QUEUE];
 	size_t head, len;
-	df_slot slots[1u << DF_SLOT_BITS];
+	df_slot slots[(1u << DF_SET_BITS) * DF_WAYS];
 };
 
 int fcl_df_new(uint64_t gap_ns, fcl_dirfresh **out)
@@ -67,9 +71,44 @@ void fcl_df_free(fcl_dirfresh *df)
 	free(df);
 }
 
-static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino)
+/* Whether b is later than a by at least d (false when the clock seen by
+ * one caller ran behind another's). */
+static bool later_by(uint64_t a, uint64_t b, uint64_t d)
 {
-	return &df->slots[(dino * 0x9E3779B97F4A7C15ull) >> (64 - DF_SLOT_BITS)];
+	return b >= a && b - a >= d;
+}
+
+/* Whether slot a is a better one to take than b: a free one first, then
+ * one not too big, then the one missed least recently. */
+static bool better_victim(const df_slot *a, const df_slot *b)
+{
+	if (!a->dino != !b->dino)
+		return !a->dino;
+	if (a->too_big != b->too_big)
+		return !a->too_big;
+	return a->last_ns < b->last_ns;
+}
+
+static size_t set_of(uint64_t dino)
+{
+	return (size_t)((dino * 0x9E3779B97F4A7C15ull) >> (64 - DF_SET_BITS));
+}
+
+/* dino's slot, or NULL; with create, the slot it takes when it has none. */
+static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino, bool create)
+{
+	df_slot *set = &df->slots[set_of(dino) * DF_WAYS];
+	df_slot *victim = &set[0];
+	for (int i = 0; i < DF_WAYS; i++) {
+		if (set[i].dino == dino)
+			return &set[i];
+		if (better_victim(&set[i], victim))
+			victim = &set[i];
+	}
+	if (!create)
+		return NULL;
+	*victim = (df_slot){.dino = dino};
+	return victim;
 }
 
 bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns)
@@ -78,17 +117,14 @@ bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns)
 		return false;
 	bool queued = false;
 	pthread_mutex_lock(&df->lock);
-	df_slot *s = slot_of(df, dino);
-	if (s->dino != dino)
-		*s = (df_slot){.dino = dino, .window_ns = now_ns};
-	if (now_ns - s->window_ns > DF_WINDOW_NS) {
-		s->misses = 0;
-		s->window_ns = now_ns;
-	}
+	df_slot *s = slot_of(df, dino, true);
+	if (now_ns > s->last_ns)
+		s->last_ns = now_ns;
 	if (++s->misses >= DF_MISSES && !s->too_big && !df->stopped &&
-	    (s->queued_ns == 0 || now_ns - s->queued_ns >= df->gap_ns) && df->len < DF_QUEUE) {
+	    (s->queued_ns == 0 || later_by(s->queued_ns, now_ns, df->gap_ns)) &&
+	    df->len < DF_QUEUE) {
 		df->queue[(df->head + df->len++) % DF_QUEUE] = dino;
-		s->queued_ns = now_ns;
+		s->queued_ns = now_ns ? now_ns : 1;
 		s->misses = 0;
 		queued = true;
 		pthread_cond_signal(&df->queued);
@@ -116,8 +152,8 @@ int fcl_df_next(fcl_dirfresh *df, uint64_t *dino)
 void fcl_df_too_big(fcl_dirfresh *df, uint64_t dino)
 {
 	pthread_mutex_lock(&df->lock);
-	df_slot *s = slot_of(df, dino);
-	if (s->dino == dino)
+	df_slot *s = slot_of(df, dino, false);
+	if (s)
 		s->too_big = true;
 	pthread_mutex_unlock(&df->lock);
 }

@@ -255,16 +255,14 @@ size_t fcl_da_opened(fcl_dirahead *da, uint64_t ino, uint64_t max_size, uint64_t
 
 typedef struct fcl_dirfresh fcl_dirfresh;
 
-/* Names of one directory asked of the master within the window that get
- * it listed. */
-#define DF_MISSES    32
-#define DF_WINDOW_NS (10ull * 1000000000ull)
+/* Names of one directory found at the master that get it listed. */
+#define DF_MISSES 32
 
 /* gap_ns: the least time between two listings of one directory (0: never
  * list, as when names are not cached). */
 int fcl_df_new(uint64_t gap_ns, fcl_dirfresh **out);
 void fcl_df_free(fcl_dirfresh *df);
-/* A name in directory dino was asked of the master (monotonic now_ns);
+/* A name in directory dino was found at the master (monotonic now_ns);
  * true when that queued the directory for a listing. df may be NULL. */
 bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns);
 /* Wait for a queued directory: 0 with *dino, or -ECANCELED once stopped. */

@@ -463,8 +463,9 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 /* The directory refresh thread (dirfresh.c decides which): a listing fills
  * the name and attribute caches and the directory readahead, as a readdir
- * does. A directory of more names than half the caches hold is left to
- * lookups: listing it would only push the rest out. */
+ * does. A directory of more names than half the caches hold (or than
+ * 262,144) is left to lookups: listing it would only push the rest out. */
+#define REFRESH_MAX(cache) ((cache) / 2 < (1u << 18) ? (cache) / 2 : (1u << 18))
 static void *refresh_main(void *arg)
 {
 	fcl *c = arg;
@@ -472,7 +473,7 @@ static void *refresh_main(void *arg)
 	while (fcl_df_next(c->df, &dino) == 0) {
 		fcl_dir d = {.loaded = false};
 		cis_errmsg em = {{0}};
-		int rc = dir_load(c, dino, &d, c->opts->meta_cache / 2, &em);
+		int rc = dir_load(c, dino, &d, REFRESH_MAX(c->opts->meta_cache), &em);
 		if (rc == 0)
 			cis_counter_inc(c->stats.dir_refreshes);
 		else if (rc == -EFBIG)
@@ -486,9 +487,23 @@ static void *refresh_main(void *arg)
 	return NULL;
 }
 
+/* The metadata cache's lookups: a name found counts against its
+ * directory. */
+static int lookup_counted(void *ctx, uint64_t parent, const char *name, fcl_attr *out,
+                          cis_errmsg *em)
+{
+	fcl *c = ctx;
+	int rc = fcl_master_lookup(c, parent, name, out, em);
+	if (rc == 0)
+		fcl_df_missed(c->df, parent, cis_mono_ns());
+	return rc;
+}
+
 static void refresh_start(fcl *c)
 {
-	if (fcl_df_new((uint64_t)(c->opts->entry_timeout * 1e9 / 2), &c->df))
+	/* in the metadata cache's own unit, whole milliseconds */
+	uint64_t entry_ms = (uint64_t)(c->opts->entry_timeout * 1000);
+	if (fcl_df_new(entry_ms * 1000000 / 2, &c->df))
 		cis_die("out of memory at start-up");
 	if (pthread_create(&c->df_thread, NULL, refresh_main, c) == 0) {
 		c->df_started = true;
@@ -1098,7 +1113,7 @@ int main(int argc, char **argv)
 	if ((rc = resolve_root(&c, &em)))
 		cis_die("%s", cis_errmsg_or(&em, rc));
 
-	fcl_meta_src src = {fcl_master_lookup, fcl_master_getattr, &c};
+	fcl_meta_src src = {lookup_counted, fcl_master_getattr, &c};
 	/* Versions only decide keep_cache: a forgotten one costs a page-cache
 	 * refill, so this map stays smaller than the name caches. */
 	size_t versions_cap = o.meta_cache < 65536 ? o.meta_cache : 65536;
@@ -1149,9 +1164,9 @@ int main(int argc, char **argv)
 		}
 	}
 	(void)fcl_workers_refresh(&c, &em);
+	refresh_start(&c);
 	if (pthread_create(&c.bg, NULL, bg_main, &c) == 0)
 		c.bg_started = true;
-	refresh_start(&c);
 	cis_info("mounted", "mountpoint=\"%s\" master=%s root=\"%s\" root_ino=%llu", o.mountpoint,
 	         o.master, o.root, (unsigned long long)c.root_ino);
 

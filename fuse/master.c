@@ -13,7 +13,6 @@
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
 #include "cistern/time.h"
-#include "cistern/time.h"
 
 #define MASTER_TIMEOUT_MS 30000
 
@@ -94,7 +93,6 @@ int fcl_master_lookup(void *ctx, uint64_t parent, const char *name, fcl_attr *ou
 {
 	fcl *c = ctx;
 	count_call(c, FCL_MOP_LOOKUP);
-	fcl_df_missed(c->df, parent, cis_mono_ns());
 	Cis__LookupRequest req = CIS__LOOKUP_REQUEST__INIT;
 	req.parent = parent;
 	req.name = (char *)name;

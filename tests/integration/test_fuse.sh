@@ -187,6 +187,12 @@ rf=$(($(metric cistern_fuse_dir_refreshes_total) - rf0))
 log "300 names: lookup=$lk master requests, $rf directory listing(s)"
 assert_eq "$rf" 1 "listings of the directory whose names were asked one by one"
 [ "$lk" -lt 150 ] || fail "300 names: $lk master lookups (one per name: no listing)"
+# Missing names (a program probing for optional files) get no listing.
+for i in $(seq 100); do
+	[ -e "$MNT/tree/probe-$i" ] && fail "probe-$i exists"
+done
+assert_eq "$(($(metric cistern_fuse_dir_refreshes_total) - rf0))" 1 \
+	"listings after 100 missing names were probed"
 
 # Negative entries: a missing name asked 50 times costs one lookup at most.
 stat "$MNT/tree" >/dev/null # its own entry may have been dropped above
