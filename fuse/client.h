@@ -199,6 +199,9 @@ int fcl_local_open(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, int *f
                    uint64_t *waited_ns, cis_errmsg *em);
 /* Whether a descriptor of ref from w is in the cache (no RPC). */
 bool fcl_local_cached(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
+/* Whether w has ref's block file: its descriptor is cached, or the file w
+ * handed over since its start is still in place (one stat, no RPC). */
+bool fcl_local_present(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);
 /* Stop caching the descriptor of ref from w (it failed a read): close it
  * and queue the release of its lease. Readers holding a dup keep theirs. */
 void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref);

@@ -334,6 +334,32 @@ static void learn(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref, c
 	pthread_mutex_unlock(&l->lock);
 }
 
+/* The path of ref's block file, known (*kn) from a hand-over by w since
+ * its current start (boot id); false when there is none. */
+static bool known_path(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref,
+                       const uint8_t *k, size_t klen, known *kn, char path[PATH_MAX])
+{
+	char hex[CIS_BLOCK_ID_HEX];
+	pthread_mutex_lock(&l->lock);
+	bool found = fcl_lru_get(l->known, k, klen, kn);
+	if (found)
+		snprintf(path, PATH_MAX, "%s", l->dirs[kn->dir]);
+	pthread_mutex_unlock(&l->lock);
+	if (!found || kn->boot_id != w->boot_id)
+		return false;
+	size_t dl = strlen(path);
+	hex_id(ref, hex);
+	snprintf(path + dl, PATH_MAX - dl, "/%.2s/%s", hex, hex);
+	return true;
+}
+
+/* Whether st is the block file that was handed over. */
+static bool same_file(const struct stat *st, const known *kn)
+{
+	return (uint64_t)st->st_dev == kn->dev && (uint64_t)st->st_ino == kn->ino &&
+	       (uint64_t)st->st_size == kn->len;
+}
+
 /* Open a known block file directly, into *e (no lease: lease_id 0; it
  * leaves the cache after KNOWN_IDLE_MS unused). False (and forgotten)
  * unless it is still the file w handed over, w has not restarted and it
@@ -342,26 +368,14 @@ static bool open_known(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, co
                        size_t klen, lent *e)
 {
 	fcl_local *l = c->local;
-	char path[PATH_MAX], hex[CIS_BLOCK_ID_HEX];
+	char path[PATH_MAX];
 	struct stat st;
 	known kn;
 
-	pthread_mutex_lock(&l->lock);
-	bool found = fcl_lru_get(l->known, k, klen, &kn);
-	if (found)
-		snprintf(path, sizeof(path), "%s", l->dirs[kn.dir]);
-	pthread_mutex_unlock(&l->lock);
-	if (!found)
-		return false;
 	int d = -1;
-	if (kn.boot_id == w->boot_id) {
-		size_t dl = strlen(path);
-		hex_id(ref, hex);
-		snprintf(path + dl, sizeof(path) - dl, "/%.2s/%s", hex, hex);
+	if (known_path(l, w, ref, k, klen, &kn, path))
 		d = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never wait on a FIFO */
-	}
-	if (d >= 0 && fstat(d, &st) == 0 && (uint64_t)st.st_dev == kn.dev &&
-	    (uint64_t)st.st_ino == kn.ino && (uint64_t)st.st_size == kn.len) {
+	if (d >= 0 && fstat(d, &st) == 0 && same_file(&st, &kn)) {
 		(void)posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL);
 		*e = (lent){.fd = d, .len = kn.len, .lease_ms = KNOWN_IDLE_MS, .w = *w};
 		cis_counter_inc(c->stats.direct_opens);
@@ -530,6 +544,19 @@ bool fcl_local_cached(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
 	bool found = fcl_lru_get(l->lru, k, klen, &e);
 	pthread_mutex_unlock(&l->lock);
 	return found;
+}
+
+bool fcl_local_present(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
+{
+	if (fcl_local_cached(c, w, ref))
+		return true;
+	uint8_t k[24];
+	size_t klen = make_key(k, ref, w->id);
+	char path[PATH_MAX];
+	known kn;
+	struct stat st;
+	return known_path(c->local, w, ref, k, klen, &kn, path) && stat(path, &st) == 0 &&
+	       same_file(&st, &kn);
 }
 
 void fcl_local_forget(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)

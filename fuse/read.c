@@ -453,8 +453,8 @@ void fcl_prefetch_files(fcl *c, const uint64_t *inos, size_t n)
 		cis_block_id id;
 		fcl_blockref(f, 0, &refs[k], ids[k], &id);
 		block_order(f, 0, id, wl, &owner[k], 1);
-		/* Its descriptor is cached: this host's worker has it. */
-		if (wl->w[owner[k]].local && fcl_local_cached(c, &wl->w[owner[k]], &refs[k])) {
+		/* This host's worker has it: nothing to ask for. */
+		if (wl->w[owner[k]].local && fcl_local_present(c, &wl->w[owner[k]], &refs[k])) {
 			fcl_file_unref(f);
 			continue;
 		}
