@@ -623,6 +623,7 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	if (!err)
 		err = mst_policy_update(m, path, jr ? (int64_t)rep : -1, jp ? pin : -1, ttl,
 		                        rec && jr, &em);
+	bool saved = !err;
 	if (!err && jp) {
 		mst_job_req r = {.type = pin ? "pin" : "unpin", .path = path, .pin_checked = true};
 		err = mst_job_submit_locked(m, &r, &job, &em);
@@ -636,10 +637,10 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		}
 	}
 	pthread_mutex_unlock(&m->policy_lock);
+	if (saved && jr)
+		mst_repl_kick(m);
 	if (err)
 		return fail(out, err, &em);
-	if (jr)
-		mst_repl_kick(m);
 	mst_policy p;
 	mst_policy_resolve(m, path, &p);
 	/* the path the link led to may be any bytes (a file:// store's names) */
