@@ -94,8 +94,8 @@ static size_t set_of(uint64_t dino)
 	return (size_t)((dino * 0x9E3779B97F4A7C15ull) >> (64 - DF_SET_BITS));
 }
 
-/* dino's slot, or NULL; with create, the slot it takes when it has none. */
-static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino, bool create)
+/* dino's slot: the one it has, or the one it takes now. */
+static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino)
 {
 	df_slot *set = &df->slots[set_of(dino) * DF_WAYS];
 	df_slot *victim = &set[0];
@@ -105,8 +105,6 @@ static df_slot *slot_of(fcl_dirfresh *df, uint64_t dino, bool create)
 		if (better_victim(&set[i], victim))
 			victim = &set[i];
 	}
-	if (!create)
-		return NULL;
 	*victim = (df_slot){.dino = dino};
 	return victim;
 }
@@ -117,7 +115,7 @@ bool fcl_df_missed(fcl_dirfresh *df, uint64_t dino, uint64_t now_ns)
 		return false;
 	bool queued = false;
 	pthread_mutex_lock(&df->lock);
-	df_slot *s = slot_of(df, dino, true);
+	df_slot *s = slot_of(df, dino);
 	if (now_ns > s->last_ns)
 		s->last_ns = now_ns;
 	if (++s->misses >= DF_MISSES && !s->too_big && !df->stopped &&
@@ -152,9 +150,8 @@ int fcl_df_next(fcl_dirfresh *df, uint64_t *dino)
 void fcl_df_too_big(fcl_dirfresh *df, uint64_t dino)
 {
 	pthread_mutex_lock(&df->lock);
-	df_slot *s = slot_of(df, dino, false);
-	if (s)
-		s->too_big = true;
+	/* taken back if the directory was pushed out while it was listed */
+	slot_of(df, dino)->too_big = true;
 	pthread_mutex_unlock(&df->lock);
 }
 

@@ -334,10 +334,11 @@ static void learn(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref, c
 	pthread_mutex_unlock(&l->lock);
 }
 
-/* The path of ref's block file, known (*kn) from a hand-over by w since
- * its current start (boot id); false when there is none. */
-static bool known_path(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref,
-                       const uint8_t *k, size_t klen, known *kn, char path[PATH_MAX])
+/* The path of ref's block file as known (*kn) from a hand-over: 1, or 0
+ * when none is known, or -1 when it was handed over before w's current
+ * start (boot id). */
+static int known_path(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *ref, const uint8_t *k,
+                      size_t klen, known *kn, char path[PATH_MAX])
 {
 	char hex[CIS_BLOCK_ID_HEX];
 	pthread_mutex_lock(&l->lock);
@@ -345,12 +346,14 @@ static bool known_path(fcl_local *l, const fcl_worker *w, const Cis__BlockRef *r
 	if (found)
 		snprintf(path, PATH_MAX, "%s", l->dirs[kn->dir]);
 	pthread_mutex_unlock(&l->lock);
-	if (!found || kn->boot_id != w->boot_id)
-		return false;
+	if (!found)
+		return 0;
+	if (kn->boot_id != w->boot_id)
+		return -1;
 	size_t dl = strlen(path);
 	hex_id(ref, hex);
 	snprintf(path + dl, PATH_MAX - dl, "/%.2s/%s", hex, hex);
-	return true;
+	return 1;
 }
 
 /* Whether st is the block file that was handed over. */
@@ -372,8 +375,10 @@ static bool open_known(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref, co
 	struct stat st;
 	known kn;
 
-	int d = -1;
-	if (known_path(l, w, ref, k, klen, &kn, path))
+	int d = -1, kp = known_path(l, w, ref, k, klen, &kn, path);
+	if (kp == 0)
+		return false;
+	if (kp > 0)
 		d = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never wait on a FIFO */
 	if (d >= 0 && fstat(d, &st) == 0 && same_file(&st, &kn)) {
 		(void)posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -555,7 +560,7 @@ bool fcl_local_present(fcl *c, const fcl_worker *w, const Cis__BlockRef *ref)
 	char path[PATH_MAX];
 	known kn;
 	struct stat st;
-	return known_path(c->local, w, ref, k, klen, &kn, path) && stat(path, &st) == 0 &&
+	return known_path(c->local, w, ref, k, klen, &kn, path) > 0 && stat(path, &st) == 0 &&
 	       same_file(&st, &kn);
 }
 

@@ -136,6 +136,20 @@ Test(fuse_dirfresh, too_big_is_never_queued_again)
 	cr_assert_eq(misses_to_queue(DIR1, t + 30 * GAP, 1000), 0);
 }
 
+Test(fuse_dirfresh, too_big_is_kept_when_pushed_out_while_listed)
+{
+	uint64_t t = 100 * SEC;
+	cr_assert_eq(misses_to_queue(DIR1, t, 1000), DF_MISSES);
+	cr_assert_eq(next_queued(), DIR1);
+	/* While it is listed, others of its set push it out. */
+	uint64_t d[DF_WAYS];
+	same_set(DIR1, d, DF_WAYS);
+	for (size_t j = 0; j < DF_WAYS; j++)
+		cr_assert_not(fcl_df_missed(df, d[j], t + 1));
+	fcl_df_too_big(df, DIR1);
+	cr_assert_eq(misses_to_queue(DIR1, t + 10 * GAP, 1000), 0);
+}
+
 Test(fuse_dirfresh, a_full_queue_drops_nothing_queued)
 {
 	uint64_t t = 100 * SEC;
