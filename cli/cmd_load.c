@@ -324,8 +324,8 @@ int cli_cmd_load(cli_ctx *c, int argc, char **argv)
 		goto out_cfg;
 	if ((rc = cli_check_path_utf8("load", path)))
 		goto out_path;
-	if ((rc = num_flag(cfg, "load", "replicas", 1, 64, &rep)) ||
-	    (rc = num_flag(cfg, "load", "parallel", 1, 256, &par)))
+	if ((rc = num_flag(cfg, "load", "replicas", 1, CIS_REPLICAS_MAX, &rep)) ||
+	    (rc = num_flag(cfg, "load", "parallel", 1, CIS_PARALLEL_MAX, &par)))
 		goto out_path;
 	bws = cis_config_str(cfg, "bandwidth");
 	/* The master takes at most 2^63 - 1 (a JSON integer); "16000P" would

@@ -80,8 +80,8 @@ int cli_cmd_setrep(cli_ctx *c, int argc, char **argv)
 	rc = one_path(cfg, 2, "setrep", &path, what, sizeof(what));
 	if (rc)
 		goto out_cfg;
-	if (cli_parse_num(cis_config_pos(cfg, 1), 1, 64, &n)) {
-		fprintf(stderr, "cistern: setrep: N must be 1..64\n");
+	if (cli_parse_num(cis_config_pos(cfg, 1), 1, CIS_REPLICAS_MAX, &n)) {
+		fprintf(stderr, "cistern: setrep: N must be 1..%d\n", CIS_REPLICAS_MAX);
 		rc = CLI_E_USAGE;
 		goto out_path;
 	}

@@ -491,8 +491,8 @@ static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
 		    out, 400,
 		    "pin and unpin are set with POST /api/v1/policy {\"path\", \"pin\": "
 		    "true|false}, which starts the job");
-	if ((st = get_u64(body, "replicas", 64, &rep, out)) ||
-	    (st = get_u64(body, "parallel", 256, &par, out)) ||
+	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, &rep, out)) ||
+	    (st = get_u64(body, "parallel", CIS_PARALLEL_MAX, &par, out)) ||
 	    (st = get_u64(body, "bandwidth", UINT64_MAX / 2, &bw, out)) ||
 	    (st = get_bool(body, "verify", &r.verify, out)) ||
 	    (st = get_bool(body, "metadata_only", &r.metadata_only, out)))
@@ -587,12 +587,15 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		return fail(out, err, &em);
 	json_t *jr = json_object_get(body, "replicas"), *jp = json_object_get(body, "pin"),
 	       *jt = json_object_get(body, "ttl");
-	if ((st = get_u64(body, "replicas", 64, &rep, out)) ||
+	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, &rep, out)) ||
 	    (st = get_bool(body, "recursive", &rec, out)) ||
 	    (st = get_bool(body, "pin", &pin, out)))
 		return st;
-	if (jr && !rep)
-		return fail_msg(out, 400, "\"replicas\" must be 1..64");
+	if (jr && !rep) {
+		char msg[64];
+		snprintf(msg, sizeof(msg), "\"replicas\" must be 1..%d", CIS_REPLICAS_MAX);
+		return fail_msg(out, 400, msg);
+	}
 	if (jt) {
 		if (json_is_string(jt) && !strcmp(json_string_value(jt), "off"))
 			ttl = 0;

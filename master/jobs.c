@@ -223,7 +223,8 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 			j->state = i;
 	j->replicas = (uint32_t)json_integer_value(json_object_get(o, "replicas"));
 	j->parallel = (uint32_t)json_integer_value(json_object_get(o, "parallel"));
-	if (j->parallel == 0 || j->parallel > 256) /* a record's own; a queue bound needs one */
+	if (j->parallel == 0 ||
+	    j->parallel > CIS_PARALLEL_MAX) /* a record's own; a queue bound needs one */
 		j->parallel = LOAD_PARALLEL;
 	j->bandwidth = (uint64_t)json_integer_value(json_object_get(o, "bandwidth"));
 	j->verify = json_is_true(json_object_get(o, "verify"));
@@ -1391,8 +1392,9 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	if (!r->type || (strcmp(r->type, "load") && strcmp(r->type, "free") &&
 	                 strcmp(r->type, "pin") && strcmp(r->type, "unpin")))
 		return cis_fail(em, -EINVAL, "unknown job type");
-	if (r->replicas > 64 || r->parallel > 256)
-		return cis_fail(em, -EINVAL, "replicas must be 1..64 and parallel 1..256");
+	if (r->replicas > CIS_REPLICAS_MAX || r->parallel > CIS_PARALLEL_MAX)
+		return cis_fail(em, -EINVAL, "replicas must be 1..%d and parallel 1..%d",
+		                CIS_REPLICAS_MAX, CIS_PARALLEL_MAX);
 	/* what the path leads to, links followed: the job walks that */
 	err = mst_ns_realpath(m, r->path, true, path, NULL, em);
 	if (err)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/config.h"
 #include "cistern/json_text.h"
 #include "master.h"
 
@@ -112,9 +113,9 @@ int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin
 		return err;
 	while (len > 1 && path[len - 1] == '/')
 		len--;
-	if (replicas > 64)
-		return cis_fail(em, -EINVAL, "%s: %lld replicas, at most 64", path,
-		                (long long)replicas);
+	if (replicas > CIS_REPLICAS_MAX)
+		return cis_fail(em, -EINVAL, "%s: %lld replicas, at most %d", path,
+		                (long long)replicas, CIS_REPLICAS_MAX);
 	err = mst_txn_begin(m, true, &txn);
 	if (err)
 		return cis_fail(em, err, "policies: %s", cis_strerror(err));
