@@ -82,9 +82,13 @@ static int put_json(mst_master *m, MDB_txn *txn, const char *path, size_t len, j
 	return rc == MDB_MAP_FULL ? -ENOSPC : rc ? -CIS_E_INTERNAL : 0;
 }
 
-int mst_policies_drop(mst_master *m, MDB_txn *txn, const char *path)
+/* A policy of the subtree, changed or deleted through the cursor on it. */
+typedef int (*subtree_fn)(MDB_cursor *cur, const MDB_val *k, const MDB_val *v);
+
+/* Each policy below path (and path's own with self), through fn. */
+static int each_in_subtree(mst_master *m, MDB_txn *txn, const char *path, size_t len, bool self,
+                           subtree_fn fn)
 {
-	size_t len = strlen(path);
 	MDB_cursor *cur;
 	MDB_val k = {len, (void *)path}, v;
 	if (mdb_cursor_open(txn, m->dbi_policies, &cur))
@@ -93,14 +97,59 @@ int mst_policies_drop(mst_master *m, MDB_txn *txn, const char *path)
 	/* path's subtree sorts after path, among keys that begin with it */
 	while (!err && rc == 0 &&
 	       (len == 1 || (k.mv_size >= len && !memcmp(k.mv_data, path, len)))) {
-		if ((k.mv_size == len && !memcmp(k.mv_data, path, len)) ||
+		if ((self && k.mv_size == len && !memcmp(k.mv_data, path, len)) ||
 		    is_below(path, len, k.mv_data, k.mv_size))
-			err = mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+			err = fn(cur, &k, &v);
 		/* after a delete, MDB_NEXT gives the entry that followed it */
 		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
 	mdb_cursor_close(cur);
 	return err;
+}
+
+static int drop_one(MDB_cursor *cur, const MDB_val *k, const MDB_val *v)
+{
+	(void)k;
+	(void)v;
+	return mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+}
+
+/* A descendant's own replicas give way to its ancestor's new target. */
+static int clear_replicas(MDB_cursor *cur, const MDB_val *k, const MDB_val *v)
+{
+	json_t *o = json_loadb(v->mv_data, v->mv_size, 0, NULL);
+	if (!o || !json_object_get(o, "replicas")) {
+		json_decref(o);
+		return 0;
+	}
+	json_object_del(o, "replicas");
+	int err = 0;
+	if (json_object_size(o) == 0) {
+		err = mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+	} else {
+		/* the key's own copy: a value of another size is written by a
+		 * delete and an insert, and the delete frees what k points at */
+		char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS), *kc = malloc(k->mv_size);
+		MDB_val key = {k->mv_size, kc}, nv = {s ? strlen(s) : 0, s};
+		int rc = ENOMEM;
+		if (s && kc) {
+			memcpy(kc, k->mv_data, k->mv_size);
+			rc = mdb_cursor_put(cur, &key, &nv, MDB_CURRENT);
+		}
+		err = rc == 0              ? 0
+		      : rc == ENOMEM       ? -ENOMEM
+		      : rc == MDB_MAP_FULL ? -ENOSPC
+		                           : -CIS_E_INTERNAL;
+		free(kc);
+		free(s);
+	}
+	json_decref(o);
+	return err;
+}
+
+int mst_policies_drop(mst_master *m, MDB_txn *txn, const char *path)
+{
+	return each_in_subtree(m, txn, path, strlen(path), true, drop_one);
 }
 
 int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin, int64_t ttl_s,
@@ -134,47 +183,8 @@ int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin
 		json_object_set_new(o, "ttl", json_integer(ttl_s));
 	err = put_json(m, txn, path, len, o);
 	json_decref(o);
-	if (!err && clear_below) {
-		/* Descendants sort after path + "/" (keys are bytes): walk from there. */
-		MDB_cursor *cur;
-		MDB_val k = {len, (void *)path}, v;
-		if (mdb_cursor_open(txn, m->dbi_policies, &cur) == 0) {
-			int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-			while (!err && rc == 0) {
-				if (is_below(path, len, k.mv_data, k.mv_size)) {
-					json_t *c = json_loadb(v.mv_data, v.mv_size, 0, NULL);
-					if (c && json_object_get(c, "replicas")) {
-						json_object_del(c, "replicas");
-						char *kp = malloc(k.mv_size);
-						if (kp) {
-							memcpy(kp, k.mv_data, k.mv_size);
-							size_t kl = k.mv_size;
-							mdb_cursor_close(cur);
-							err = put_json(m, txn, kp, kl, c);
-							free(kp);
-							json_decref(c);
-							if (err || mdb_cursor_open(
-							               txn, m->dbi_policies, &cur))
-								goto out_txn;
-							/* carry on from the next key */
-							k.mv_size = len;
-							k.mv_data = (void *)path;
-							rc = mdb_cursor_get(cur, &k, &v,
-							                    MDB_SET_RANGE);
-							continue;
-						}
-					}
-					json_decref(c);
-				} else if (!(len == 1 ||
-				             (k.mv_size >= len && !memcmp(k.mv_data, path, len)))) {
-					break; /* past the subtree's prefix */
-				}
-				rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-			}
-			mdb_cursor_close(cur);
-		}
-	}
-out_txn:
+	if (!err && clear_below)
+		err = each_in_subtree(m, txn, path, len, false, clear_replicas);
 	if (err) {
 		mdb_txn_abort(txn);
 		return cis_fail(em, err, "%s: saving the policy: %s", path, cis_strerror(err));

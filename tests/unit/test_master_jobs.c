@@ -239,6 +239,30 @@ Test(jobs, policies_inherit_and_recursive_setrep_clears_below)
 	only_replicas_policy_is("/m");
 }
 
+Test(jobs, recursive_setrep_clears_every_target_below_and_only_below)
+{
+	cis_errmsg em = {{0}};
+	mst_policy p;
+	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/a", 3, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/b", 4, 1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m/b/c", 5, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/mx", 6, -1, -2, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m", 1, -1, -2, true, &em), 0, "%s", em.text);
+	char **paths;
+	size_t n;
+	cr_assert_eq(mst_policies_with_replicas(m, &paths, &n), 0);
+	cr_assert_eq(n, 2, "targets left: /m and the sibling /mx");
+	cr_assert_str_eq(paths[0], "/m");
+	cr_assert_str_eq(paths[1], "/mx");
+	mst_strv_free(paths, n);
+	cr_assert_eq(mst_policy_resolve(m, "/m/b/c/f", &p), 0);
+	cr_assert_eq(p.replicas, 1);
+	cr_assert_eq(p.pin, 1, "the pin of /m/b stays");
+	cr_assert_eq(mst_policy_resolve(m, "/mx/f", &p), 0);
+	cr_assert_eq(p.replicas, 6, "not below /m: left alone");
+}
+
 Test(jobs, load_without_workers_fails_each_file_once_and_persists)
 {
 	mst_job_req r = {.type = "load", .path = "/m", .replicas = 2};
