@@ -307,8 +307,8 @@ wcl W2 hot cat >/dev/null
 sleep 2.5
 wcl W2 hot cat >/dev/null
 wcl W2 f.bin hold 1 60000 >"$CIS_TMP/hold.out" 2>/dev/null &
-HOLD=$!
-cis_on_exit "kill $HOLD"
+HOLD=$! # the subshell running wcl; its worker_client is its child
+cis_on_exit "pkill -P $HOLD; kill $HOLD"
 wait_for 10 grep -q held "$CIS_TMP/hold.out"
 # Each scan block is read in two requests, as a client reading in pieces
 # does: one pass, one use (each hit promoted a block, and the scan flushed
@@ -338,6 +338,7 @@ reads0=$(metric W2 cistern_worker_store_reads_total)
 wcl W2 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "repaired pinned block differs"
 assert_eq "$(metric W2 cistern_worker_store_reads_total)" "$reads0" \
 	"a pinned block fetched again after its file went survived a scan"
+pkill -P "$HOLD" 2>/dev/null || true
 kill "$HOLD" 2>/dev/null || true
 out=$(wcl W2 f.bin unpin 0)
 assert_contains "$out" "changed 1"
