@@ -5,6 +5,7 @@
 # Usage errors exit 2 and name the flag or argument; nothing is dropped or
 # rounded without a word.
 source "$CIS_SRC/tests/integration/lib/common.sh"
+source "$CIS_SRC/tests/integration/lib/master.sh"
 
 MASTER=$CIS_BUILD/master/cistern-master
 CLI=$CIS_BUILD/cli/cistern
@@ -13,11 +14,7 @@ CLI=$CIS_BUILD/cli/cistern
 RPC=$(free_port)
 HTTP=$(free_port)
 export CISTERN_API=127.0.0.1:$HTTP
-"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$RPC" --http-port "$HTTP" \
-	--list-ahead 0 >>"$CIS_TMP/master.log" 2>&1 &
-MPID=$!
-cis_on_exit "kill -9 $MPID"
-wait_for 20 curl -fsS "http://127.0.0.1:$HTTP/healthz"
+master_up "$CIS_TMP/master" "$RPC" "$HTTP" --list-ahead 0
 
 # run_cli ARGS...: $out (stdout and stderr) and $rc of one CLI run.
 run_cli() {

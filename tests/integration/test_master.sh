@@ -6,6 +6,7 @@
 # kill -9 persistence, listing new subdirectories ahead of a walk, and a
 # full data directory.
 source "$CIS_SRC/tests/integration/lib/common.sh"
+source "$CIS_SRC/tests/integration/lib/master.sh"
 
 MASTER=$CIS_BUILD/master/cistern-master
 CLI=$CIS_BUILD/cli/cistern
@@ -22,11 +23,7 @@ SECRET=""
 # Listing ahead is off until its own section: the sections before count
 # the store listings a client's request causes.
 start_master() {
-	"$MASTER" --data-dir "$DATA" --bind 127.0.0.1 --rpc-port "$RPC" --http-port "$HTTP" \
-		--list-ahead "${LIST_AHEAD:-0}" >>"$LOGF" 2>&1 &
-	MPID=$!
-	cis_on_exit "kill -9 $MPID"
-	wait_for 20 curl -fsS "http://127.0.0.1:$HTTP/healthz"
+	master_up "$DATA" "$RPC" "$HTTP" --list-ahead "${LIST_AHEAD:-0}"
 }
 
 # Run the CLI, keep its output for the credentials check; echo stdout.

@@ -9,6 +9,7 @@
 # re-read, and a failing store (5xx) giving a clear error while cached
 # blocks keep being served.
 source "$CIS_SRC/tests/integration/lib/common.sh"
+source "$CIS_SRC/tests/integration/lib/master.sh"
 source "$CIS_SRC/tests/integration/lib/s3.sh"
 
 MASTER=$CIS_BUILD/master/cistern-master
@@ -25,11 +26,7 @@ export CISTERN_API=127.0.0.1:$M_HTTP
 MB=1048576
 
 start_master() { # start_master [FLAGS...]
-	"$MASTER" --data-dir "$CIS_TMP/master" --bind 127.0.0.1 --rpc-port "$M_RPC" \
-		--http-port "$M_HTTP" --heartbeat-interval 1s "$@" >>"$CIS_TMP/master.log" 2>&1 &
-	MPID=$!
-	cis_on_exit "kill -9 $MPID"
-	wait_for 20 curl -fsS "http://127.0.0.1:$M_HTTP/healthz"
+	master_up "$CIS_TMP/master" "$M_RPC" "$M_HTTP" --heartbeat-interval 1s "$@"
 }
 
 start_worker() {
