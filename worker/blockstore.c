@@ -58,6 +58,7 @@ typedef struct wrk_block {
 	uint64_t len;
 	uint64_t sum;
 	int64_t atime_s;
+	bool atime_moved; /* atime_s is newer than the index's (wrk_bs_save_atimes) */
 	uint64_t pass_ms; /* monotonic, the first use of its last pass; 0: not used yet */
 	int refs;
 	bool pinned;
@@ -209,6 +210,85 @@ static int idx_put(wrk_bs *bs, const wrk_block *b)
 		return -EIO;
 	}
 	return 0;
+}
+
+/* ---- access times ----
+ *
+ * A use moves a block's access time in memory only: a write per read would
+ * cost more than many reads. This writes the times that moved, in one
+ * transaction, so a start after kill -9 orders eviction by uses at most
+ * one save old (the worker saves every WRK_ATIME_SAVE_MS, and at exit).
+ * Only the time is patched into each stored record; the rest of it (pin,
+ * length, dir) is written where it changes. A block dropped meanwhile has
+ * no record left to patch. */
+typedef struct atime_move {
+	cis_block_id id;
+	int64_t atime_s;
+} atime_move;
+
+int wrk_bs_save_atimes(wrk_bs *bs)
+{
+	atime_move *mv = NULL;
+	size_t n = 0, cap = 0;
+	pthread_mutex_lock(&bs->mu);
+	for (size_t i = 0; i < bs->nbuckets; i++)
+		for (wrk_block *b = bs->table[i]; b; b = b->hnext) {
+			if (!b->atime_moved)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 1024;
+				atime_move *g = realloc(mv, nc * sizeof(*g));
+				if (!g)
+					goto collected; /* the rest stay moved: next save */
+				mv = g;
+				cap = nc;
+			}
+			mv[n++] = (atime_move){b->id, b->atime_s};
+			b->atime_moved = false;
+		}
+collected:
+	pthread_mutex_unlock(&bs->mu);
+	if (n == 0) {
+		free(mv);
+		return 0;
+	}
+	MDB_txn *txn = NULL;
+	int rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	uint8_t key[16], val[sizeof(struct bs_rec) + PATH_MAX];
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		MDB_val k = {16, key}, v;
+		wrk_id_to_bytes(mv[i].id, key);
+		rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
+		if (rc == MDB_NOTFOUND ||
+		    (rc == 0 && (v.mv_size < sizeof(struct bs_rec) || v.mv_size > sizeof(val)))) {
+			rc = 0; /* dropped meanwhile (or not a record of ours) */
+			continue;
+		}
+		if (rc)
+			break;
+		struct bs_rec rec;
+		memcpy(&rec, v.mv_data, sizeof(rec));
+		if (rec.atime_s >= mv[i].atime_s)
+			continue;
+		rec.atime_s = mv[i].atime_s;
+		memcpy(val, v.mv_data, v.mv_size);
+		memcpy(val, &rec, sizeof(rec));
+		MDB_val nv = {v.mv_size, val};
+		rc = mdb_put(txn, bs->dbi_blocks, &k, &nv, 0);
+	}
+	if (rc == 0)
+		rc = mdb_txn_commit(txn);
+	else if (txn)
+		mdb_txn_abort(txn);
+	free(mv);
+	if (rc) {
+		cis_log_limited(
+		    CIS_LOG_ERROR, "worker:lmdb-atime", 60,
+		    "saving access times failed: a restart orders eviction by older ones",
+		    "err=\"%s\"", mdb_strerror(rc));
+		return -EIO;
+	}
+	return (int)(n > INT_MAX ? INT_MAX : n);
 }
 
 static void idx_del(wrk_bs *bs, cis_block_id id)
@@ -793,7 +873,11 @@ static void do_touch(wrk_bs *bs, wrk_block *b)
 		if (!b->pass_ms)
 			b->pass_ms = now;
 	}
-	b->atime_s = now_s();
+	int64_t t = now_s();
+	if (t != b->atime_s) {
+		b->atime_s = t;
+		b->atime_moved = true;
+	}
 }
 
 int wrk_bs_acquire(wrk_bs *bs, cis_block_id id, bool touch, wrk_blk_info *info)
@@ -1463,13 +1547,13 @@ void wrk_bs_close(wrk_bs *bs)
 {
 	if (!bs)
 		return;
-	/* Persist access times so the next start orders eviction well. */
+	/* the access times, so that the next start orders eviction well */
+	(void)wrk_bs_save_atimes(bs);
 	for (size_t i = 0; i < bs->nbuckets; i++) {
 		wrk_block *b = bs->table[i], *next;
 
 		for (; b; b = next) {
 			next = b->hnext;
-			idx_put(bs, b);
 			free(b);
 		}
 	}

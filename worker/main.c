@@ -256,7 +256,7 @@ int main(int argc, char **argv)
 	int rc, io_threads;
 	cis_block_id scrub_cursor = {0, 0};
 	bool scrub_started = false;
-	uint64_t next_scrub = 0, next_probe = 0;
+	uint64_t next_scrub = 0, next_probe = 0, next_atimes = 0;
 
 	rc = cis_config_load(&cfg, worker_opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
@@ -426,6 +426,11 @@ int main(int argc, char **argv)
 		if (now >= next_probe) {
 			wrk_bs_probe_dirs(w.bs);
 			next_probe = now + 2000;
+		}
+		if (now >= next_atimes) {
+			if (next_atimes)
+				(void)wrk_bs_save_atimes(w.bs);
+			next_atimes = now + WRK_ATIME_SAVE_MS;
 		}
 		if (now >= next_scrub) {
 			if (wrk_scrub_step(&w, &scrub_cursor, &scrub_started))

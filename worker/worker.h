@@ -160,6 +160,10 @@ typedef struct wrk_blk_info {
 /* Open the index, reconcile it with the files (see blockstore.c). */
 int wrk_bs_open(wrk *w, const wrk_bs_opts *opts, wrk_bs **out, cis_errmsg *em);
 void wrk_bs_close(wrk_bs *bs);
+/* Write the access times that uses moved since the last save (one
+ * transaction): how many, or -EIO. */
+int wrk_bs_save_atimes(wrk_bs *bs);
+#define WRK_ATIME_SAVE_MS 30000
 
 /* Take a reference on a cached block (no eviction while held). touch: count
  * it as a use for the eviction policy (WRK_REUSE_MS). 0 or -ENOENT. Release the

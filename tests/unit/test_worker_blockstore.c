@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../worker/blockstore.c"
@@ -266,6 +267,81 @@ Test(worker_blockstore, full_of_pinned_blocks_is_enospc)
 static void *verify_thread(void *arg)
 {
 	return (void *)(intptr_t)wrk_bs_verify(arg, bid(0), false);
+}
+
+/* In a child that dies as kill -9 leaves a worker (no close): block 0
+ * committed first, blocks 1-2 a second later, block 0 used a second after
+ * that; the access times saved when save. Returns block 0's and block 1's
+ * access times as the next start reads them. */
+static void atimes_after_crash(bool save, int64_t *t0, int64_t *t1)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		wrk_bs *bs = open_bs(10000);
+		wrk_blk_info info;
+		int ok = put(bs, 0, 100, false) == 0;
+		usleep(1100000);
+		ok = ok && put(bs, 1, 100, false) == 0 && put(bs, 2, 100, false) == 0;
+		usleep(1100000);
+		ok = ok && wrk_bs_acquire(bs, bid(0), true, &info) == 0;
+		if (ok)
+			wrk_bs_release(bs, info.blk);
+		if (ok && save)
+			ok = wrk_bs_save_atimes(bs) == 1;
+		_exit(ok ? 0 : 1);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed");
+	wrk_bs *bs = open_bs(10000);
+	pthread_mutex_lock(&bs->mu);
+	const wrk_block *b0 = do_find(bs, bid(0)), *b1 = do_find(bs, bid(1));
+	cr_assert(b0 && b1);
+	*t0 = b0->atime_s;
+	*t1 = b1->atime_s;
+	pthread_mutex_unlock(&bs->mu);
+	wrk_bs_close(bs);
+}
+
+Test(worker_blockstore, access_times_saved_survive_a_crash)
+{
+	int64_t t0, t1;
+	atimes_after_crash(true, &t0, &t1);
+	cr_assert_gt(t0, t1, "the block used last is the newest after the restart");
+}
+
+Test(worker_blockstore, access_times_unsaved_are_lost_in_a_crash)
+{
+	/* the control: without the save, the restart sees commit times */
+	int64_t t0, t1;
+	atimes_after_crash(false, &t0, &t1);
+	cr_assert_lt(t0, t1);
+}
+
+Test(worker_blockstore, a_save_writes_what_moved_and_keeps_the_rest_of_the_record)
+{
+	wrk_bs *bs = open_bs(10000);
+	wrk_blk_info info;
+	cr_assert_eq(put(bs, 0, 100, false), 0);
+	cr_assert_eq(put(bs, 1, 100, true), 0);
+	cr_assert_eq(wrk_bs_save_atimes(bs), 0, "commits write their own time");
+	usleep(1100000);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(wrk_bs_acquire(bs, bid(i), true, &info), 0);
+		wrk_bs_release(bs, info.blk);
+	}
+	cr_assert_eq(wrk_bs_free(bs, bid(0)), 0);
+	cr_assert_eq(wrk_bs_save_atimes(bs), 1, "block 0 was freed");
+	cr_assert_eq(wrk_bs_save_atimes(bs), 0, "nothing moved since");
+	wrk_bs_close(bs);
+	/* the record patched kept its pin */
+	bs = open_bs(10000);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(1), false, &info), 0);
+	cr_assert(info.pinned);
+	wrk_bs_release(bs, info.blk);
+	cr_assert_neq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
+	wrk_bs_close(bs);
 }
 
 Test(worker_blockstore, reopen_reconciles_and_verifies)
