@@ -59,6 +59,7 @@ typedef struct wrk_block {
 	uint64_t sum;
 	int64_t atime_s;
 	bool atime_moved; /* atime_s is newer than the index's (wrk_bs_save_atimes) */
+	bool index_stale; /* its last index write failed: wrk_bs_save_atimes retries */
 	uint64_t pass_ms; /* monotonic, the first use of its last pass; 0: not used yet */
 	int refs;
 	bool pinned;
@@ -177,7 +178,9 @@ static int64_t now_s(void)
 
 /* ---- index ---- */
 
-static int idx_put(wrk_bs *bs, const wrk_block *b)
+/* The block's whole record; a failure marks it index_stale, to be
+ * written again by the next wrk_bs_save_atimes. Under mu. */
+static int idx_put(wrk_bs *bs, wrk_block *b)
 {
 	const char *dir = bs->dirs[b->dir].path;
 	size_t dl = strlen(dir);
@@ -204,6 +207,7 @@ static int idx_put(wrk_bs *bs, const wrk_block *b)
 			mdb_txn_abort(txn);
 	}
 	free(val);
+	b->index_stale = rc != 0;
 	if (rc) {
 		cis_log_limited(CIS_LOG_ERROR, "worker:lmdb-put", 60, "block index write failed",
 		                "err=\"%s\"", mdb_strerror(rc));
@@ -226,66 +230,120 @@ typedef struct atime_move {
 	int64_t atime_s;
 } atime_move;
 
-int wrk_bs_save_atimes(wrk_bs *bs)
+/* Key order (wrk_id_to_bytes: hi, then lo, big-endian). */
+static int cmp_move(const void *a, const void *b)
+{
+	const cis_block_id *x = &((const atime_move *)a)->id, *y = &((const atime_move *)b)->id;
+	if (x->hi != y->hi)
+		return x->hi < y->hi ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+#ifndef ATIME_BATCH
+#define ATIME_BATCH 2048 /* records per transaction: other writers get in between */
+#endif
+
+/* The blocks whose time moved, their flags cleared, into *out (in key
+ * order); how many. A block whose index write failed is written whole
+ * now, as commit and pin do, under mu. */
+static size_t collect_moved(wrk_bs *bs, atime_move **out)
 {
 	atime_move *mv = NULL;
 	size_t n = 0, cap = 0;
 	pthread_mutex_lock(&bs->mu);
 	for (size_t i = 0; i < bs->nbuckets; i++)
 		for (wrk_block *b = bs->table[i]; b; b = b->hnext) {
+			if (b->index_stale)
+				(void)idx_put(bs, b);
 			if (!b->atime_moved)
 				continue;
 			if (n == cap) {
 				size_t nc = cap ? cap * 2 : 1024;
 				atime_move *g = realloc(mv, nc * sizeof(*g));
 				if (!g)
-					goto collected; /* the rest stay moved: next save */
+					goto out; /* the rest stay moved: next save */
 				mv = g;
 				cap = nc;
 			}
 			mv[n++] = (atime_move){b->id, b->atime_s};
 			b->atime_moved = false;
 		}
-collected:
+out:
 	pthread_mutex_unlock(&bs->mu);
-	if (n == 0) {
-		free(mv);
-		return 0;
-	}
-	MDB_txn *txn = NULL;
-	int rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
+	if (n > 1)
+		qsort(mv, n, sizeof(*mv), cmp_move);
+	*out = mv;
+	return n;
+}
+
+/* Patch each time into its stored record, if that is older; a block
+ * dropped meanwhile has no record left and gets none. 0, or the LMDB
+ * error that stopped it with *done records handled. */
+static int write_moved(wrk_bs *bs, const atime_move *mv, size_t n, size_t *done)
+{
 	uint8_t key[16], val[sizeof(struct bs_rec) + PATH_MAX];
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		MDB_val k = {16, key}, v;
-		wrk_id_to_bytes(mv[i].id, key);
-		rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
-		if (rc == MDB_NOTFOUND ||
-		    (rc == 0 && (v.mv_size < sizeof(struct bs_rec) || v.mv_size > sizeof(val)))) {
-			rc = 0; /* dropped meanwhile (or not a record of ours) */
-			continue;
-		}
-		if (rc)
+	int rc = 0;
+	*done = 0;
+	while (*done < n && rc == 0) {
+		size_t end = n - *done > ATIME_BATCH ? *done + ATIME_BATCH : n;
+		MDB_txn *txn;
+		if ((rc = mdb_txn_begin(bs->env, NULL, 0, &txn)))
 			break;
-		struct bs_rec rec;
-		memcpy(&rec, v.mv_data, sizeof(rec));
-		if (rec.atime_s >= mv[i].atime_s)
-			continue;
-		rec.atime_s = mv[i].atime_s;
-		memcpy(val, v.mv_data, v.mv_size);
-		memcpy(val, &rec, sizeof(rec));
-		MDB_val nv = {v.mv_size, val};
-		rc = mdb_put(txn, bs->dbi_blocks, &k, &nv, 0);
+		for (size_t i = *done; i < end && rc == 0; i++) {
+			MDB_val k = {16, key}, v;
+			wrk_id_to_bytes(mv[i].id, key);
+			rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
+			if (rc == MDB_NOTFOUND || (rc == 0 && (v.mv_size < sizeof(struct bs_rec) ||
+			                                       v.mv_size > sizeof(val)))) {
+				rc = 0; /* dropped meanwhile (or not a record of ours) */
+				continue;
+			}
+			struct bs_rec rec;
+			if (rc)
+				break;
+			memcpy(&rec, v.mv_data, sizeof(rec));
+			if (rec.atime_s >= mv[i].atime_s)
+				continue;
+			rec.atime_s = mv[i].atime_s;
+			memcpy(val, v.mv_data, v.mv_size);
+			memcpy(val, &rec, sizeof(rec));
+			MDB_val nv = {v.mv_size, val};
+			rc = mdb_put(txn, bs->dbi_blocks, &k, &nv, 0);
+		}
+		if (rc == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+		if (rc == 0)
+			*done = end;
 	}
-	if (rc == 0)
-		rc = mdb_txn_commit(txn);
-	else if (txn)
-		mdb_txn_abort(txn);
+	return rc;
+}
+
+/* Times a failed save did not write: moved again, for the next one. */
+static void remark_moved(wrk_bs *bs, const atime_move *mv, size_t n)
+{
+	pthread_mutex_lock(&bs->mu);
+	for (size_t i = 0; i < n; i++) {
+		wrk_block *b = do_find(bs, mv[i].id);
+		if (b && b->atime_s >= mv[i].atime_s)
+			b->atime_moved = true;
+	}
+	pthread_mutex_unlock(&bs->mu);
+}
+
+int wrk_bs_save_atimes(wrk_bs *bs)
+{
+	atime_move *mv;
+	size_t done, n = collect_moved(bs, &mv);
+	int rc = n ? write_moved(bs, mv, n, &done) : 0;
+	if (rc)
+		remark_moved(bs, mv + done, n - done);
 	free(mv);
 	if (rc) {
-		cis_log_limited(
-		    CIS_LOG_ERROR, "worker:lmdb-atime", 60,
-		    "saving access times failed: a restart orders eviction by older ones",
-		    "err=\"%s\"", mdb_strerror(rc));
+		cis_log_limited(CIS_LOG_ERROR, "worker:lmdb-atime", 60,
+		                "saving access times failed: they are tried again at the next save",
+		                "err=\"%s\"", mdb_strerror(rc));
 		return -EIO;
 	}
 	return (int)(n > INT_MAX ? INT_MAX : n);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define ATIME_BATCH 4 /* saves of a few blocks take several transactions */
 #include "../../worker/blockstore.c"
 #include "../../worker/ref.c"
 #include "../../worker/slru.c"
@@ -341,6 +342,58 @@ Test(worker_blockstore, a_save_writes_what_moved_and_keeps_the_rest_of_the_recor
 	cr_assert(info.pinned);
 	wrk_bs_release(bs, info.blk);
 	cr_assert_neq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
+	wrk_bs_close(bs);
+}
+
+/* The stored record of block i: true if there is one. */
+static bool stored(wrk_bs *bs, int i, struct bs_rec *rec)
+{
+	uint8_t key[16];
+	MDB_val k = {16, key}, v;
+	MDB_txn *txn;
+	wrk_id_to_bytes(bid(i), key);
+	cr_assert_eq(mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn), 0);
+	int rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
+	if (rc == 0)
+		memcpy(rec, v.mv_data, sizeof(*rec));
+	mdb_txn_abort(txn);
+	return rc == 0;
+}
+
+static void use(wrk_bs *bs, int i)
+{
+	wrk_blk_info info;
+	cr_assert_eq(wrk_bs_acquire(bs, bid(i), true, &info), 0);
+	wrk_bs_release(bs, info.blk);
+}
+
+Test(worker_blockstore, a_save_racing_a_drop_or_a_pin_leaves_them_as_they_are)
+{
+	wrk_bs *bs = open_bs(10000);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	usleep(1100000);
+	for (int i = 0; i < 10; i++)
+		use(bs, i);
+	atime_move *mv;
+	size_t done, n = collect_moved(bs, &mv);
+	cr_assert_eq(n, 10);
+	/* Between the save's collection and its writes: block 0 is freed,
+	 * block 1 pinned. */
+	cr_assert_eq(wrk_bs_free(bs, bid(0)), 0);
+	cr_assert_eq(wrk_bs_pin(bs, bid(1), true), 0);
+	cr_assert_eq(write_moved(bs, mv, n, &done), 0);
+	cr_assert_eq(done, 10, "three transactions of at most 4");
+	free(mv);
+	struct bs_rec rec;
+	cr_assert_not(stored(bs, 0, &rec), "the freed block came back in the index");
+	cr_assert(stored(bs, 1, &rec));
+	cr_assert(rec.flags & BS_FLAG_PIN, "the pin made meanwhile was undone");
+	pthread_mutex_lock(&bs->mu);
+	int64_t t = do_find(bs, bid(9))->atime_s;
+	pthread_mutex_unlock(&bs->mu);
+	cr_assert(stored(bs, 9, &rec));
+	cr_assert_eq(rec.atime_s, t, "the last batch was written");
 	wrk_bs_close(bs);
 }
 
