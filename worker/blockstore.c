@@ -219,9 +219,10 @@ static int idx_put(wrk_bs *bs, wrk_block *b)
 /* ---- access times ----
  *
  * A use moves a block's access time in memory only: a write per read would
- * cost more than many reads. This writes the times that moved, in one
- * transaction, so a start after kill -9 orders eviction by uses at most
- * one save old (the worker saves every WRK_ATIME_SAVE_MS, and at exit).
+ * cost more than many reads. This writes the times that moved, ATIME_BATCH
+ * records per transaction in key order, so a start after kill -9 orders
+ * eviction by uses at most one save old (the worker saves every
+ * WRK_ATIME_SAVE_MS, and at exit).
  * Only the time is patched into each stored record; the rest of it (pin,
  * length, dir) is written where it changes. A block dropped meanwhile has
  * no record left to patch. */
@@ -298,9 +299,9 @@ static int write_moved(wrk_bs *bs, const atime_move *mv, size_t n, size_t *done)
 				rc = 0; /* dropped meanwhile (or not a record of ours) */
 				continue;
 			}
-			struct bs_rec rec;
 			if (rc)
 				break;
+			struct bs_rec rec;
 			memcpy(&rec, v.mv_data, sizeof(rec));
 			if (rec.atime_s >= mv[i].atime_s)
 				continue;

@@ -160,8 +160,8 @@ typedef struct wrk_blk_info {
 /* Open the index, reconcile it with the files (see blockstore.c). */
 int wrk_bs_open(wrk *w, const wrk_bs_opts *opts, wrk_bs **out, cis_errmsg *em);
 void wrk_bs_close(wrk_bs *bs);
-/* Write the access times that uses moved since the last save (one
- * transaction): how many, or -EIO. */
+/* Write the access times that uses moved since the last save (in
+ * batches): how many, or -EIO (those not written are tried again). */
 int wrk_bs_save_atimes(wrk_bs *bs);
 #define WRK_ATIME_SAVE_MS 30000
 
