@@ -41,6 +41,7 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 	m->c_store_stats =
 	    cis_metrics_counter(m->metrics, "cistern_master_store_stats_total", NULL,
 	                        "Objects asked of under-stores after a reader found them changed");
+	m->list_max = o->list_max ? o->list_max : MST_LIST_MAX;
 	err = mst_store_open(m, o->data_dir, o->map_size, em);
 	if (err)
 		goto out_free;

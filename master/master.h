@@ -90,6 +90,8 @@ typedef struct mst_master {
 	 * policies below it. Taken after mount_op_lock, before mounts_lock. */
 	pthread_mutex_t policy_lock;
 
+	uint64_t list_max; /* entries one directory's listing may hold */
+
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
 	pthread_cond_t flight_cond;
 	mst_flight *flights;
@@ -114,7 +116,15 @@ typedef struct mst_open_opts {
 	uint64_t repl_interval_ms; /* 0: 30000; the replication manager's full scan period */
 	bool no_background;        /* tests: no job threads, no replication manager */
 	int list_ahead;            /* threads listing new subdirectories ahead; 0: none */
+	uint64_t list_max;         /* 0: MST_LIST_MAX; entries one directory's listing may hold */
 } mst_open_opts;
+
+/* A directory's listing is held whole while it is merged (a few hundred
+ * bytes an entry): past this many entries it is refused, which also ends a store
+ * that pages on and on with fresh continuation tokens. */
+#define MST_LIST_MAX 10000000u
+/* Pages in a row that bring no entry: a store paging on and on. */
+#define MST_LIST_MAX_EMPTY_PAGES 10000u
 
 /* master.c: open/close everything (LMDB, mounts, worker registry). */
 int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em);

@@ -165,7 +165,7 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 	/* Tokens that go round in a cycle (a broken store or proxy) would page
 	 * for ever: Brent's check, one token kept at each power of two. */
 	uint64_t kept_hash = 0;
-	size_t pages = 0, keep_at = 1;
+	size_t pages = 0, keep_at = 1, empty_run = 0;
 	do {
 		cis_ufs_page pg = {0};
 		if (token) {
@@ -211,9 +211,24 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 			pg.entries[i].link_target = NULL;
 			l->n++;
 		}
+		empty_run = pg.n ? 0 : empty_run + 1;
 		if (!err && pg.next_token && !(token = strdup(pg.next_token)))
 			err = -ENOMEM; /* not the end of the listing */
 		cis_ufs_page_free(&pg);
+		if (!err && l->n > m->list_max)
+			err = cis_fail(
+			    em, -CIS_E_STORE,
+			    "%s: the listing of '%s' holds over %llu entries (the master's "
+			    "--list-max-entries)",
+			    mt->uri, key, (unsigned long long)m->list_max);
+		else if (!err && token && empty_run > MST_LIST_MAX_EMPTY_PAGES)
+			err =
+			    cis_fail(em, -CIS_E_STORE,
+			             "%s: the listing of '%s' goes on page after empty page (over "
+			             "%u in a row)",
+			             mt->uri, key, MST_LIST_MAX_EMPTY_PAGES);
+		if (err == -CIS_E_STORE)
+			cis_counter_inc(m->c_store_list_errors);
 	} while (!err && token);
 	free(token);
 	if (!err && l->n > 1)

@@ -22,8 +22,8 @@ SECRET=""
 
 # Listing ahead is off until its own section: the sections before count
 # the store listings a client's request causes.
-start_master() {
-	master_up "$DATA" "$RPC" "$HTTP" --list-ahead "${LIST_AHEAD:-0}"
+start_master() { # start_master [FLAGS...]
+	master_up "$DATA" "$RPC" "$HTTP" --list-ahead "${LIST_AHEAD:-0}" "$@"
 }
 
 # Run the CLI, keep its output for the credentials check; echo stdout.
@@ -211,8 +211,9 @@ for i in 1 2 3; do
 done
 assert_eq "$(inodes)" "$before" "inodes after syncing an object and a prefix of one name"
 
-# A store whose continuation tokens go round in a cycle (T1, T2, T1, ...):
-# the listing fails with the cause instead of paging (and growing) for ever.
+# A store whose continuation tokens go round in a cycle (T1, T2, T1, ...),
+# and one (bucket f) whose tokens are always new (T1, T2, T3, ...): each
+# listing fails with the cause instead of paging (and growing) for ever.
 CYC_PORT=$(free_port)
 python3 - "$CYC_PORT" >"$CIS_TMP/cyc.log" 2>&1 <<'PY' &
 import http.server, sys, urllib.parse
@@ -220,11 +221,15 @@ class Cycle(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
         tok = q.get("continuation-token", [""])[0]
+        if self.path.startswith("/f"):
+            nxt = "T%d" % (int(tok[1:] or 0) + 1)
+        else:
+            nxt = "T2" if tok == "T1" else "T1"
         body = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name>'
                 '<IsTruncated>true</IsTruncated><NextContinuationToken>%s'
                 '</NextContinuationToken><Contents><Key>k%s</Key><Size>1</Size>'
                 '<ETag>"e"</ETag><LastModified>2026-01-01T00:00:00.000Z</LastModified>'
-                '</Contents></ListBucketResult>' % ("T2" if tok == "T1" else "T1", tok)).encode()
+                '</Contents></ListBucketResult>' % (nxt, tok)).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
@@ -242,6 +247,18 @@ cli mount /cyc s3://b --option "endpoint=http://127.0.0.1:$CYC_PORT" --option re
 out=$(timeout 30 "$CLI" ls /cyc 2>&1) && fail "a listing whose tokens go round in a cycle succeeded"
 assert_contains "$out" "continuation tokens go round in a cycle"
 cli unmount /cyc >/dev/null || fail "unmount /cyc"
+kill "$MPID"
+wait "$MPID" 2>/dev/null || true
+start_master --list-max-entries 1000
+cli mount /fresh s3://f --option "endpoint=http://127.0.0.1:$CYC_PORT" --option region=us-east-1 \
+	--option path_style=true --option access_key=AK --option secret_key=SK >/dev/null ||
+	fail "mount of the store with ever new tokens"
+out=$(timeout 60 "$CLI" ls /fresh 2>&1) && fail "a listing whose tokens are ever new succeeded"
+assert_contains "$out" "holds over 1000 entries (the master's --list-max-entries)"
+cli unmount /fresh >/dev/null || fail "unmount /fresh"
+kill "$MPID"
+wait "$MPID" 2>/dev/null || true
+start_master
 
 # ---- bad input ----
 for p in "/a/../b" "/a//b" "relative" "/$(printf 'x%.0s' $(seq 300))"; do
