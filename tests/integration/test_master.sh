@@ -241,21 +241,21 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Cycle).serve_fo
 PY
 cis_on_exit "kill_pid $!"
 wait_for 10 curl -sf -o /dev/null "http://127.0.0.1:$CYC_PORT/b"
-cli mount /cyc s3://b --option "endpoint=http://127.0.0.1:$CYC_PORT" --option region=us-east-1 \
-	--option path_style=true --option access_key=AK --option secret_key=SK >/dev/null ||
-	fail "mount of the cycling store"
-out=$(timeout 30 "$CLI" ls /cyc 2>&1) && fail "a listing whose tokens go round in a cycle succeeded"
-assert_contains "$out" "continuation tokens go round in a cycle"
-cli unmount /cyc >/dev/null || fail "unmount /cyc"
+# endless_listing_fails PATH BUCKET NEEDLE: BUCKET of that store, mounted
+# at PATH, fails to list, saying NEEDLE.
+endless_listing_fails() {
+	cli mount "$1" "s3://$2" --option "endpoint=http://127.0.0.1:$CYC_PORT" \
+		--option region=us-east-1 --option path_style=true --option access_key=AK \
+		--option secret_key=SK >/dev/null || fail "mount of $1"
+	out=$(timeout 60 "$CLI" ls "$1" 2>&1) && fail "the endless listing of $1 succeeded"
+	assert_contains "$out" "$3"
+	cli unmount "$1" >/dev/null || fail "unmount $1"
+}
+endless_listing_fails /cyc b "continuation tokens go round in a cycle"
 kill "$MPID"
 wait "$MPID" 2>/dev/null || true
 start_master --list-max-entries 1000
-cli mount /fresh s3://f --option "endpoint=http://127.0.0.1:$CYC_PORT" --option region=us-east-1 \
-	--option path_style=true --option access_key=AK --option secret_key=SK >/dev/null ||
-	fail "mount of the store with ever new tokens"
-out=$(timeout 60 "$CLI" ls /fresh 2>&1) && fail "a listing whose tokens are ever new succeeded"
-assert_contains "$out" "holds over 1000 entries (the master's --list-max-entries)"
-cli unmount /fresh >/dev/null || fail "unmount /fresh"
+endless_listing_fails /fresh f "holds over 1000 entries (the master's --list-max-entries)"
 kill "$MPID"
 wait "$MPID" 2>/dev/null || true
 start_master
