@@ -153,37 +153,58 @@ static void drop_shadowed(struct listing *l)
 	l->n = kept;
 }
 
+/* A listing that would never end: tokens that go round in a cycle (Brent's
+ * check, one token kept at each power of two), more entries than the
+ * master holds for one directory, or page after empty page. */
+struct runaway {
+	uint64_t kept_hash;
+	size_t pages, keep_at, empty_run;
+};
+
+/* After a page of got entries (the listing now holds total) that named
+ * token to go on with: 0, or why paging must stop. */
+static int runaway_check(mst_master *m, struct runaway *r, const char *token, size_t got,
+                         size_t total, const char *uri, const char *key, cis_errmsg *em)
+{
+	r->pages++;
+	r->empty_run = got ? 0 : r->empty_run + 1;
+	if (total > m->list_max)
+		return cis_fail(em, -CIS_E_STORE,
+		                "%s: the listing of '%s' holds over %llu entries (the master's "
+		                "--list-max-entries)",
+		                uri, key, (unsigned long long)m->list_max);
+	if (!token)
+		return 0;
+	if (r->empty_run > MST_LIST_MAX_EMPTY_PAGES)
+		return cis_fail(em, -CIS_E_STORE,
+		                "%s: the listing of '%s' goes on page after empty page (over %u "
+		                "in a row)",
+		                uri, key, MST_LIST_MAX_EMPTY_PAGES);
+	uint64_t h = cis_hash64(token, strlen(token), 0);
+	if (r->pages > 1 && h == r->kept_hash)
+		return cis_fail(em, -CIS_E_STORE,
+		                "%s: the store's continuation tokens go round in a cycle (the "
+		                "listing of '%s' never ends)",
+		                uri, key);
+	if (r->pages == r->keep_at) {
+		r->kept_hash = h;
+		r->keep_at *= 2;
+	}
+	return 0;
+}
+
 static int list_store(mst_master *m, mst_mount *mt, const char *key, struct listing *l,
                       cis_errmsg *em)
 {
 	char *token = NULL;
 	int err = 0;
+	struct runaway ra = {.keep_at = 1};
 
 	if (!mt->ufs)
 		return cis_fail(em, -CIS_E_URI, "%s: store could not be opened", mt->uri);
 	cis_counter_inc(m->c_store_lists);
-	/* Tokens that go round in a cycle (a broken store or proxy) would page
-	 * for ever: Brent's check, one token kept at each power of two. */
-	uint64_t kept_hash = 0;
-	size_t pages = 0, keep_at = 1, empty_run = 0;
 	do {
 		cis_ufs_page pg = {0};
-		if (token) {
-			uint64_t h = cis_hash64(token, strlen(token), 0);
-			if (pages > 1 && h == kept_hash) {
-				err = cis_fail(em, -CIS_E_STORE,
-				               "%s: the store's continuation tokens go round in a "
-				               "cycle (the listing of '%s' never ends)",
-				               mt->uri, key);
-				cis_counter_inc(m->c_store_list_errors);
-				break;
-			}
-			if (pages == keep_at) {
-				kept_hash = h;
-				keep_at *= 2;
-			}
-		}
-		pages++;
 		err = cis_ufs_list(mt->ufs, key, token, 0, &pg, em);
 		free(token);
 		token = NULL;
@@ -211,24 +232,11 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 			pg.entries[i].link_target = NULL;
 			l->n++;
 		}
-		empty_run = pg.n ? 0 : empty_run + 1;
 		if (!err && pg.next_token && !(token = strdup(pg.next_token)))
 			err = -ENOMEM; /* not the end of the listing */
-		cis_ufs_page_free(&pg);
-		if (!err && l->n > m->list_max)
-			err = cis_fail(
-			    em, -CIS_E_STORE,
-			    "%s: the listing of '%s' holds over %llu entries (the master's "
-			    "--list-max-entries)",
-			    mt->uri, key, (unsigned long long)m->list_max);
-		else if (!err && token && empty_run > MST_LIST_MAX_EMPTY_PAGES)
-			err =
-			    cis_fail(em, -CIS_E_STORE,
-			             "%s: the listing of '%s' goes on page after empty page (over "
-			             "%u in a row)",
-			             mt->uri, key, MST_LIST_MAX_EMPTY_PAGES);
-		if (err == -CIS_E_STORE)
+		if (!err && (err = runaway_check(m, &ra, token, pg.n, l->n, mt->uri, key, em)))
 			cis_counter_inc(m->c_store_list_errors);
+		cis_ufs_page_free(&pg);
 	} while (!err && token);
 	free(token);
 	if (!err && l->n > 1)
