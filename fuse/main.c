@@ -894,10 +894,7 @@ static void *bg_main(void *arg)
 		pthread_mutex_lock(&c->bg_lock);
 		if (c->bg_stop)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 2;
-		pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &ts);
+		cis_cond_wait_ms(&c->bg_cond, &c->bg_lock, 2000);
 	}
 	pthread_mutex_unlock(&c->bg_lock);
 	return NULL;

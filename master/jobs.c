@@ -555,12 +555,7 @@ static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t fa
  * Caller holds js->lock. */
 static void job_wait(struct job *j, uint64_t ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_cond_timedwait(&j->cond, &j->js->lock, &ts);
+	cis_cond_wait_ms(&j->cond, &j->js->lock, ms);
 	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
 		job_save(j);
 }

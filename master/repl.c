@@ -395,14 +395,7 @@ static void *repl_main(void *arg)
 	uint64_t seen_version = mst_workers_version(m->workers);
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 500 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+		cis_cond_wait_ms(&r->cond, &r->lock, 500);
 		if (r->stop)
 			break;
 		uint64_t now = cis_mono_ms();

@@ -292,10 +292,7 @@ static void *monitor_main(void *arg)
 	struct mst_workers *w = arg;
 	pthread_mutex_lock(&w->lock);
 	while (!w->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&w->stop_cond, &w->lock, &ts);
+		cis_cond_wait_ms(&w->stop_cond, &w->lock, 1000);
 		if (w->stop)
 			break;
 		pthread_mutex_unlock(&w->lock);

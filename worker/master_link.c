@@ -409,18 +409,8 @@ static void *link_thread(void *arg)
 			}
 		}
 		pthread_mutex_lock(&l->mu);
-		if (!l->stop) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += (time_t)(wait / 1000);
-			ts.tv_nsec += (long)(wait % 1000) * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&l->cv, &l->mu, &ts);
-		}
+		if (!l->stop)
+			cis_cond_wait_ms(&l->cv, &l->mu, wait);
 		pthread_mutex_unlock(&l->mu);
 		if (l->stop)
 			break;

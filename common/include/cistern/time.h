@@ -2,6 +2,7 @@
 #ifndef CISTERN_TIME_H
 #define CISTERN_TIME_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +12,9 @@ static inline uint64_t cis_mono_ms(void)
 	return cis_mono_ns() / 1000000u;
 }
 int64_t cis_wall_ns(void);
+/* pthread_cond_timedwait for at most ms from now (the condition's clock
+ * is CLOCK_REALTIME, the default): its result. */
+int cis_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t ms);
 /* Sleep, restarting after signals. */
 void cis_sleep_ms(uint64_t ms);
 /* RFC 3339 UTC with milliseconds: 2026-11-22T14:10:41.123Z (needs 25 bytes). */
