@@ -14,6 +14,9 @@
  * arrives while a load keeps the queue full finds a thread at once instead
  * of waiting for a load's span to finish, and the store is not shared by so
  * many load streams that each of them (and the read among them) crawls.
+ * Nor is the store's bandwidth: while reads for readers (or their
+ * prefetches) are under way, a load's reads stream no more of them at a
+ * time than those do, and the others pause (bulk_gate).
  *
  * A thread that takes a fetch also takes the queued fetches of the blocks
  * that follow it in the same object (up to FX_SPAN_BYTES in all) and reads
@@ -56,13 +59,14 @@
 #include "cistern/msgtype.h"
 #include "cistern/time.h"
 
-#define FX_BUCKETS    4096
-#define FX_SPAN_BYTES (16u << 20)  /* at most this much per store GET */
-#define FX_SPAN_MAX   16           /* and at most this many blocks */
-#define FX_STAGE      (1u << 20)   /* a cold fill writes to disk in pieces of this size */
-#define FX_HOT_STAGE  (256u << 10) /* a fill readers wait on, in pieces of at most this */
-#define FX_HOT_WAIT   20000000u    /* ns: or its whole pages this long after their first byte */
-#define FX_DIO_ALIGN  4096u        /* offset and length alignment for O_DIRECT */
+#define FX_BUCKETS       4096
+#define FX_SPAN_BYTES    (16u << 20)  /* at most this much per store GET */
+#define FX_SPAN_MAX      16           /* and at most this many blocks */
+#define FX_STAGE         (1u << 20)   /* a cold fill writes to disk in pieces of this size */
+#define FX_HOT_STAGE     (256u << 10) /* a fill readers wait on, in pieces of at most this */
+#define FX_HOT_WAIT      20000000u    /* ns: or its whole pages this long after their first byte */
+#define FX_DIO_ALIGN     4096u        /* offset and length alignment for O_DIRECT */
+#define FX_BULK_PAUSE_MS 2000u /* a bulk read gives way to readers this long at most at once */
 
 enum { W_STREAM, W_DONE };
 enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
@@ -131,11 +135,13 @@ struct wrk_fx {
 	fetch *table[FX_BUCKETS];
 	uint64_t inflight;
 	job *q_head[2], *q_tail[2];
-	size_t queued; /* jobs in both queues */
-	int idle;      /* threads waiting for a job */
-	int low_max;   /* threads that may run low jobs at once */
-	int low_busy;  /* threads running a low job */
-	int batching;  /* batches being queued: the low queue waits */
+	size_t queued;            /* jobs in both queues */
+	int idle;                 /* threads waiting for a job */
+	int low_max;              /* threads that may run low jobs at once */
+	int low_busy;             /* threads running a low job */
+	int batching;             /* batches being queued: the low queue waits */
+	struct span_ctx *reading; /* every store read of blocks under way */
+	pthread_cond_t bulk_cv;   /* a bulk read paused in bulk_gate waits here */
 	pthread_t *threads;
 	int nthreads;
 	bool stop;
@@ -381,8 +387,13 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 			f->read |= !(flags & WRK_FETCH_COLD); /* a replica reads nothing */
 		}
 		f->pin |= (flags & WRK_FETCH_PIN) != 0;
-		if (!(flags & WRK_FETCH_COLD))
-			f->cold = false; /* decided when the fill starts */
+		if (!(flags & WRK_FETCH_COLD) && f->cold) {
+			/* O_DIRECT or not was decided when the fill started;
+			 * a bulk read paused in bulk_gate now goes on. */
+			f->cold = false;
+			if (f->running)
+				pthread_cond_broadcast(&fx->bulk_cv);
+		}
 		return f;
 	}
 	f = calloc(1, sizeof(*f));
@@ -1040,6 +1051,142 @@ static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
 	finish(fx, f, rc, local, em);
 }
 
+/* ---- a span of consecutive blocks in one store read ---- */
+
+/* A store read of blocks f[0..n) (consecutive, of one object), on
+ * fx->reading while under way. */
+typedef struct span_ctx {
+	wrk_fx *fx;
+	fetch **f;
+	size_t n, cur; /* f[cur] takes the next bytes */
+	struct span_ctx *next;
+	bool paused; /* waiting in bulk_gate (under mu) */
+} span_ctx;
+
+static void reading_begin(span_ctx *sc)
+{
+	wrk_fx *fx = sc->fx;
+
+	pthread_mutex_lock(&fx->mu);
+	sc->next = fx->reading;
+	fx->reading = sc;
+	pthread_cond_broadcast(&fx->bulk_cv); /* a read for readers lets one more bulk read go */
+	pthread_mutex_unlock(&fx->mu);
+}
+
+static void reading_end(span_ctx *sc)
+{
+	wrk_fx *fx = sc->fx;
+
+	pthread_mutex_lock(&fx->mu);
+	for (span_ctx **pp = &fx->reading; *pp; pp = &(*pp)->next)
+		if (*pp == sc) {
+			*pp = sc->next;
+			break;
+		}
+	pthread_cond_broadcast(&fx->bulk_cv);
+	pthread_mutex_unlock(&fx->mu);
+}
+
+/* Whether a reader or a prefetch wants a block sc reads; else it is a bulk
+ * read (a load's or a replica's blocks only). Caller holds fx->mu. */
+static bool do_wanted(const span_ctx *sc)
+{
+	for (size_t i = 0; i < sc->n; i++)
+		if (!sc->f[i]->cold)
+			return true;
+	return false;
+}
+
+/* Called by a bulk read before it takes more bytes: while reads for
+ * readers run, at most as many bulk reads stream as they (at least one);
+ * the rest wait here, between two pieces, with their connections' windows
+ * closed, so the store's bandwidth goes to what readers wait for instead
+ * of being split evenly over every stream of a load (a load of four
+ * shards started together with a training epoch over them made the
+ * epoch half a second longer: the reader's blocks came at a share of
+ * the store among 16 load streams). A wait
+ * ends when it may go, when a reader wants one of its blocks, or after
+ * FX_BULK_PAUSE_MS (the read takes a piece then, so the connection is
+ * never idle long enough for the store to drop it). */
+static void bulk_gate(span_ctx *sc)
+{
+	wrk_fx *fx = sc->fx;
+	uint64_t until = cis_mono_ms() + FX_BULK_PAUSE_MS;
+	bool counted = false;
+
+	pthread_mutex_lock(&fx->mu);
+	while (!fx->stop && !do_wanted(sc)) {
+		size_t wanted = 0, streaming = 0;
+
+		for (const span_ctx *r = fx->reading; r; r = r->next)
+			if (r != sc && do_wanted(r))
+				wanted++;
+			else if (r != sc && !r->paused)
+				streaming++;
+		uint64_t now = cis_mono_ms();
+
+		if (wanted == 0 || streaming < wanted || now >= until)
+			break;
+		if (!counted)
+			cis_counter_inc(fx->w->m.bulk_pauses);
+		counted = true;
+		sc->paused = true;
+		cis_cond_wait_ms(&fx->bulk_cv, &fx->mu, until - now);
+		sc->paused = false;
+	}
+	pthread_mutex_unlock(&fx->mu);
+}
+
+static int span_write(void *arg, const void *data, size_t len)
+{
+	span_ctx *sc = arg;
+	const char *p = data;
+
+	if (len)
+		bulk_gate(sc);
+	if (len == 0 && sc->cur < sc->n) { /* a tick: to the block filling now */
+		fill_ctx fc = {sc->fx, sc->f[sc->cur]};
+		return fill_write(&fc, p, 0);
+	}
+	while (len) {
+		if (sc->cur == sc->n)
+			return -CIS_E_STORE; /* more than the span holds */
+		fetch *f = sc->f[sc->cur];
+		fill_ctx fc = {sc->fx, f};
+		size_t take = f->len - f->filled < len ? (size_t)(f->len - f->filled) : len;
+		int rc = fill_write(&fc, p, take);
+
+		if (rc < 0)
+			return rc;
+		p += take;
+		len -= take;
+		if (f->filled == f->len)
+			sc->cur++;
+	}
+	return 0;
+}
+
+/* Read blocks f[0..n) (prepared, consecutive, of one object) from the
+ * store with one ranged read into their files: the store's result. */
+static int store_read(wrk_fx *fx, cis_ufs *ufs, fetch **f, size_t n, uint64_t *got, cis_errmsg *em)
+{
+	span_ctx sc = {.fx = fx, .f = f, .n = n};
+	const wrk_ref *r = &f[0]->ref;
+	uint64_t len = 0;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		len += f[i]->len;
+	cis_counter_inc(fx->w->m.store_reads);
+	reading_begin(&sc);
+	rc = cis_ufs_read(ufs, r->key, r->version, r->index * r->block_size, len, span_write, &sc,
+	                  got, em);
+	reading_end(&sc);
+	cis_counter_add(fx->w->m.store_bytes, *got);
+	return rc;
+}
+
 static void run_fill(wrk_fx *fx, fetch *f, char *stage)
 {
 	wrk *w = fx->w;
@@ -1073,48 +1220,9 @@ static void run_fill(wrk_fx *fx, fetch *f, char *stage)
 			rc = 0;
 		}
 	}
-	if (rc == 0 && !f->src_host) {
-		cis_counter_inc(w->m.store_reads);
-		rc = cis_ufs_read(ufs, f->ref.key, f->ref.version, f->ref.index * f->ref.block_size,
-		                  f->len, fill_write, &fc, &got, &em);
-		cis_counter_add(w->m.store_bytes, got);
-	}
+	if (rc == 0 && !f->src_host)
+		rc = store_read(fx, ufs, &f, 1, &got, &em);
 	fill_complete(fx, f, rc, &em);
-}
-
-/* ---- a span of consecutive blocks in one store read ---- */
-
-typedef struct span_ctx {
-	wrk_fx *fx;
-	fetch **f;
-	size_t n, cur; /* f[cur] takes the next bytes */
-} span_ctx;
-
-static int span_write(void *arg, const void *data, size_t len)
-{
-	span_ctx *sc = arg;
-	const char *p = data;
-
-	if (len == 0 && sc->cur < sc->n) { /* a tick: to the block filling now */
-		fill_ctx fc = {sc->fx, sc->f[sc->cur]};
-		return fill_write(&fc, p, 0);
-	}
-	while (len) {
-		if (sc->cur == sc->n)
-			return -CIS_E_STORE; /* more than the span holds */
-		fetch *f = sc->f[sc->cur];
-		fill_ctx fc = {sc->fx, f};
-		size_t take = f->len - f->filled < len ? (size_t)(f->len - f->filled) : len;
-		int rc = fill_write(&fc, p, take);
-
-		if (rc < 0)
-			return rc;
-		p += take;
-		len -= take;
-		if (f->filled == f->len)
-			sc->cur++;
-	}
-	return 0;
 }
 
 /* Put f, which has no bytes yet (prepared or not), back in its queue to
@@ -1159,10 +1267,9 @@ static void requeue_alone(wrk_fx *fx, fetch *f)
  * the queue to be fetched alone (their failure may not be theirs). */
 static void run_fill_span(wrk_fx *fx, fetch **span, size_t n, char *stage)
 {
-	wrk *w = fx->w;
 	cis_errmsg em = {{0}};
 	cis_ufs *ufs = NULL;
-	uint64_t got = 0, len = 0;
+	uint64_t got = 0;
 	size_t ready = 0;
 	int rc;
 
@@ -1176,14 +1283,7 @@ static void run_fill_span(wrk_fx *fx, fetch **span, size_t n, char *stage)
 		requeue_alone(fx, span[i]);
 	if (ready == 0)
 		return;
-	for (size_t i = 0; i < ready; i++)
-		len += span[i]->len;
-	span_ctx sc = {fx, span, ready, 0};
-	const wrk_ref *r = &span[0]->ref;
-	cis_counter_inc(w->m.store_reads);
-	rc = cis_ufs_read(ufs, r->key, r->version, r->index * r->block_size, len, span_write, &sc,
-	                  &got, &em);
-	cis_counter_add(w->m.store_bytes, got);
+	rc = store_read(fx, ufs, span, ready, &got, &em);
 	for (size_t i = 0; i < ready; i++) {
 		fetch *f = span[i];
 
@@ -1420,6 +1520,7 @@ int wrk_fx_start(wrk *w, int threads, int low_max, wrk_fx **out)
 	fx->low_max = low_max < 1 ? 1 : low_max > threads ? threads : low_max;
 	pthread_mutex_init(&fx->mu, NULL);
 	pthread_cond_init(&fx->cv, NULL);
+	pthread_cond_init(&fx->bulk_cv, NULL);
 	fx->threads = calloc((size_t)threads, sizeof(*fx->threads));
 	if (!fx->threads) {
 		free(fx);
@@ -1446,6 +1547,7 @@ void wrk_fx_stop(wrk_fx *fx)
 	pthread_mutex_lock(&fx->mu);
 	fx->stop = true;
 	pthread_cond_broadcast(&fx->cv);
+	pthread_cond_broadcast(&fx->bulk_cv);
 	pthread_mutex_unlock(&fx->mu);
 	for (int i = 0; i < fx->nthreads; i++)
 		pthread_join(fx->threads[i], NULL);

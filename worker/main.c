@@ -133,6 +133,9 @@ static void metrics_init(wrk *w)
 	                                      "malformed or invalid requests");
 	k->single_flight_joins = cis_metrics_counter(m, "cistern_worker_fetch_joins_total", NULL,
 	                                             "requests that joined a fetch under way");
+	k->bulk_pauses =
+	    cis_metrics_counter(m, "cistern_worker_load_pauses_total", NULL,
+	                        "store reads of a load or replica that paused for readers' reads");
 }
 
 typedef struct dir_gauge {

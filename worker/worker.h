@@ -97,6 +97,7 @@ typedef struct wrk_metrics {
 	cis_counter *checksum_failures, *scrubbed, *verified_blocks;
 	cis_counter *disk_errors, *direct_reads, *bad_requests;
 	cis_counter *single_flight_joins;
+	cis_counter *bulk_pauses;
 	/* Requests by message type, CIS_MSG_WORKER_FIRST on; the last counts
 	 * every other type. */
 	cis_counter *requests[WRK_REQUEST_TYPES + 1];

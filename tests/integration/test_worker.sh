@@ -158,6 +158,46 @@ for b in 0 1 2 3 4 5 6; do
 done
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" $((reads0 + reads)) "store reads after reading the spans back"
 
+log "a load's store reads give way to a reader's"
+# On an S3 store paced at 1 MB/s per response (s3front), a load of 12
+# blocks streams in 3 spans for about 4 s. A reader's block of another
+# object, asked for 0.5 s in, leaves one of them streaming beside it and
+# pauses the others (cistern_worker_load_pauses_total); they go on after
+# it, and every block of both arrives whole.
+source "$CIS_SRC/tests/integration/lib/s3.sh"
+s3_start
+head -c $((12 * MB)) /dev/urandom >"$CIS_TMP/bulk.bin"
+head -c "$MB" /dev/urandom >"$CIS_TMP/want.bin"
+for f in bulk.bin want.bin; do
+	curl -fsS -X PUT --data-binary @"$CIS_TMP/$f" \
+		"http://127.0.0.1:$S3RVER_PORT/$CIS_S3_BUCKET/$f" >/dev/null || fail "upload of $f"
+done
+export AWS_ENDPOINT_URL=$CIS_S3_ENDPOINT AWS_REGION=$CIS_S3_REGION
+export AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY
+start_worker W8 --cache-dir "$CIS_TMP/c8:64M" --mount "2=s3://$CIS_S3_BUCKET"
+s3wc() { # s3wc KEY CMD ARGS...: worker_client on W8's S3 mount
+	"$WC" --tcp "127.0.0.1:$W8_RPC" --uri "s3://$CIS_S3_BUCKET" --key "$1" --mount-id 2 \
+		--block-size 1M "${@:2}"
+}
+curl -fsS -X POST "$CIS_S3_ENDPOINT/__front/pace?bps=$MB" || fail "s3front took no pace"
+s3wc bulk.bin load $(seq 0 11) >"$CIS_TMP/bulk.out" &
+loader=$!
+sleep 0.5
+s3wc want.bin read 0 0 0 | cmp - "$CIS_TMP/want.bin" || fail "the reader's block differs"
+pauses=$(metric W8 cistern_worker_load_pauses_total)
+[ "$pauses" -ge 1 ] || fail "no load read paused for the reader's ($pauses)"
+wait "$loader" || fail "the load failed: $(cat "$CIS_TMP/bulk.out")"
+assert_eq "$(grep -c "code=0 cached=0" "$CIS_TMP/bulk.out")" 12 "blocks loaded beside the reader"
+curl -fsS -X POST "$CIS_S3_ENDPOINT/__front/pace?bps=0"
+for b in $(seq 0 11); do
+	s3wc bulk.bin read "$b" 0 0 | cmp - <(tail -c +$((b * MB + 1)) "$CIS_TMP/bulk.bin" | head -c "$MB") ||
+		fail "loaded block $b differs"
+done
+assert_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$CIS_S3_ENDPOINT/__front/pace?bps=fast")" \
+	400 "a pace that is no number"
+kill_pid "$W8_PID"
+unset AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+
 log "a load fills past the page cache: whole pages O_DIRECT, the last partial page through it"
 # 3 MiB blocks: block 0 is three whole stages, block 1 two and a partial
 # one (4567 bytes: one whole page and a 471-byte tail).

@@ -15,7 +15,9 @@
 //
 // Test hooks: GET /__front/stats (requests per method, refusals, client
 // connections accepted),
-// POST /__front/reset (zero them).
+// POST /__front/reset (zero them),
+// POST /__front/pace?bps=N (send the body of every ranged GET from then on
+// at N bytes/s at most, each response on its own; 0: as fast as it comes).
 //
 // Usage: node s3front.js --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT
 //                        --key ACCESS:SECRET [--key ...]
@@ -271,6 +273,7 @@ function main() {
   const upstream = hostPort(opts.upstream);
   const stats = { requests: {}, refused: 0, forwarded: 0, upstream_errors: 0, connections: 0 };
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+  let paceBps = 0;
 
   const server = http.createServer(async (req, res) => {
     if (req.url === '/__front/stats' && req.method === 'GET') {
@@ -285,6 +288,21 @@ function main() {
       stats.forwarded = 0;
       stats.upstream_errors = 0;
       stats.connections = 0;
+      res.writeHead(204);
+      res.end();
+      return;
+    }
+    if (req.url.startsWith('/__front/pace?') && req.method === 'POST') {
+      let bps = NaN;
+      try {
+        bps = Number(parseQuery(req.url.slice(req.url.indexOf('?') + 1)).bps);
+      } catch (e) { /* a bad escape: refused below */ }
+      if (!Number.isInteger(bps) || bps < 0) {
+        res.writeHead(400);
+        res.end('bps: want a whole number of bytes per second\n');
+        return;
+      }
+      paceBps = bps;
       res.writeHead(204);
       res.end();
       return;
@@ -465,13 +483,21 @@ function main() {
       headers['content-range'] = `bytes ${start}-${end}/${size}`;
       res.writeHead(206, headers);
       let sent = 0;
+      let holds = 0; // reasons to wait (a full socket, the pace) before more
+      const hold = () => { if (holds++ === 0) ur.pause(); };
+      const release = () => { if (--holds === 0) ur.resume(); };
+      const bps = paceBps;
       ur.on('data', (chunk) => {
         if (sent >= want) return;
         const part = chunk.length > want - sent ? chunk.subarray(0, want - sent) : chunk;
         sent += part.length;
         if (!res.write(part)) {
-          ur.pause();
-          res.once('drain', () => ur.resume());
+          hold();
+          res.once('drain', release);
+        }
+        if (bps > 0 && sent < want) {
+          hold();
+          setTimeout(release, (part.length * 1000) / bps);
         }
         if (sent === want) {
           res.end();
