@@ -66,7 +66,8 @@
 #define FX_HOT_STAGE     (256u << 10) /* a fill readers wait on, in pieces of at most this */
 #define FX_HOT_WAIT      20000000u    /* ns: or its whole pages this long after their first byte */
 #define FX_DIO_ALIGN     4096u        /* offset and length alignment for O_DIRECT */
-#define FX_BULK_PAUSE_MS 2000u /* a bulk read gives way to readers this long at most at once */
+#define FX_BULK_PAUSE_MS 2000u      /* a bulk read gives way to readers this long at most at once */
+#define FX_BULK_TAIL     (1u << 20) /* and not with this little left to read */
 
 enum { W_STREAM, W_DONE };
 enum { J_FILL, J_DIRECT, J_VERIFY_READ, J_VERIFY_ENSURE };
@@ -1098,6 +1099,16 @@ static bool do_wanted(const span_ctx *sc)
 	return false;
 }
 
+/* Bytes sc has still to read (only its thread changes them). */
+static uint64_t span_left(const span_ctx *sc)
+{
+	uint64_t left = 0;
+
+	for (size_t i = sc->cur; i < sc->n; i++)
+		left += sc->f[i]->len - sc->f[i]->filled;
+	return left;
+}
+
 /* Called by a bulk read before it takes more bytes: while reads for
  * readers run, at most as many bulk reads stream as they (at least one);
  * the rest wait here, between two pieces, with their connections' windows
@@ -1108,13 +1119,18 @@ static bool do_wanted(const span_ctx *sc)
  * the store among 16 load streams). A wait
  * ends when it may go, when a reader wants one of its blocks, or after
  * FX_BULK_PAUSE_MS (the read takes a piece then, so the connection is
- * never idle long enough for the store to drop it). */
+ * never idle long enough for the store to drop it). A read with at most
+ * FX_BULK_TAIL left finishes instead: pausing it would hold a thread and
+ * a connection for little bandwidth (a load's small file costs the store
+ * a request's latency, not its bandwidth). */
 static void bulk_gate(span_ctx *sc)
 {
 	wrk_fx *fx = sc->fx;
 	uint64_t until = cis_mono_ms() + FX_BULK_PAUSE_MS;
 	bool counted = false;
 
+	if (span_left(sc) <= FX_BULK_TAIL)
+		return;
 	pthread_mutex_lock(&fx->mu);
 	while (!fx->stop && !do_wanted(sc)) {
 		size_t wanted = 0, streaming = 0;
