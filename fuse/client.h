@@ -104,7 +104,8 @@ typedef struct fcl {
 	fcl_local *local;
 	fcl_remote *remote;
 	fcl_dirahead *da;
-	fcl_dirfresh *df; /* NULL until the session starts */
+	fcl_ra_shared *ras; /* readahead of files opened for every read */
+	fcl_dirfresh *df;   /* NULL until the session starts */
 	pthread_t df_thread;
 	bool df_started;
 	fcl_stats stats;

@@ -217,14 +217,38 @@ typedef struct fcl_ra {
 	uint64_t window;     /* blocks asked ahead of the reader; 0: none */
 	uint64_t max_window;
 	uint64_t issued_to; /* blocks below this were asked for already */
+	uint64_t slack;     /* a read this far from next_off, or 4 lengths, is in order */
 } fcl_ra;
 
-void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks);
+/* Slack of one open file's detector: the kernel's parallel readahead
+ * requests of one reader. */
+#define FCL_RA_SLACK_HANDLE (512u << 10)
+/* Slack of the detector a file's opens share: the reads of a loader's
+ * threads, each opening the file for one sample, come a few samples out
+ * of order. */
+#define FCL_RA_SLACK_SHARED (1u << 20)
+
+void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks, uint64_t slack);
 /* Record a read of [off, off+len). Returns how many blocks to prefetch,
  * starting at *first (never past the file's last block and never the same
  * block twice in one sequential run); 0 for random access. */
 uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_size,
                         uint64_t file_size, uint64_t *first);
+
+/* The detectors of files read through many opens: a loader that opens a
+ * shard for each sample it reads, samples in order, never reads twice
+ * through one open, so no open's own detector starts. One detector per
+ * file, in a table of FCL_RA_SHARED_SLOTS (a file whose slot another
+ * takes starts over). */
+#define FCL_RA_SHARED_SLOTS 1024
+typedef struct fcl_ra_shared fcl_ra_shared;
+int fcl_ra_shared_new(fcl_ra_shared **out);
+void fcl_ra_shared_free(fcl_ra_shared *rs);
+/* fcl_ra_on_read on the detector of file ino (whose version hashes to
+ * vhash: another version starts over). */
+uint64_t fcl_ra_shared_on_read(fcl_ra_shared *rs, uint64_t ino, uint64_t vhash,
+                               uint64_t max_window_blocks, uint64_t off, uint64_t len,
+                               uint64_t block_size, uint64_t file_size, uint64_t *first);
 
 /* ---- directory readahead (dirahead.c) ---- */
 

@@ -696,7 +696,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pthread_mutex_lock(&f->lock);
 		uint64_t ahead =
 		    fcl_ra_on_read(&f->ra, (uint64_t)off, size, f->block_size, f->size, &first);
+		bool own_run = f->ra.seq >= 2;
 		pthread_mutex_unlock(&f->lock);
+		/* An open with no sequential run of its own may be one of
+		 * many, each reading once: the file's shared detector. */
+		if (!own_run && f->size > f->block_size)
+			ahead = fcl_ra_shared_on_read(c->ras, f->ino, f->vhash, f->ra.max_window,
+			                              (uint64_t)off, size, f->block_size, f->size,
+			                              &first);
 		if (ahead)
 			fcl_prefetch(c, f, first, ahead);
 	}
@@ -1121,7 +1128,8 @@ int main(int argc, char **argv)
 	                 o.meta_cache, &c.meta) ||
 	    fcl_versions_new(versions_cap, &c.versions) ||
 	    fcl_lru_new(FCL_CHANGED_MAX, CIS_UFS_VERSION_MAX, &c.changed) ||
-	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da))
+	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da) ||
+	    fcl_ra_shared_new(&c.ras))
 		cis_die("out of memory at start-up");
 
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -1201,6 +1209,7 @@ int main(int argc, char **argv)
 	fcl_local_free(c.local);
 	fcl_remote_free(c.remote);
 	fcl_da_free(c.da);
+	fcl_ra_shared_free(c.ras);
 	fcl_df_free(c.df);
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);

@@ -257,7 +257,7 @@ static fcl_file *file_new(fcl *c, uint64_t ino, const fcl_open_info *oi, char *k
 	f->answered = oi->answered;
 	pthread_mutex_init(&f->lock, NULL);
 	uint64_t budget_blocks = c->opts->readahead_budget / f->block_size;
-	fcl_ra_init(&f->ra, budget_blocks ? budget_blocks : 1);
+	fcl_ra_init(&f->ra, budget_blocks ? budget_blocks : 1, FCL_RA_SLACK_HANDLE);
 	return f;
 }
 

@@ -4,12 +4,22 @@
  * a row the client asks the owning workers for the blocks ahead, in a
  * window that doubles each time the reader enters a new block, from one
  * block up to the budget. Any jump resets it, so random access never
- * triggers prefetch. */
+ * triggers prefetch.
+ *
+ * A reader that opens the file anew for every read (a data loader taking
+ * a shard's samples in order, one open each, several threads at once)
+ * gets the same from a detector per file that its opens share
+ * (fcl_ra_shared), with more slack for its threads' reads coming out of
+ * order. */
 #include "fcl.h"
 
-void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks)
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks, uint64_t slack)
 {
-	*ra = (fcl_ra){.max_window = max_window_blocks ? max_window_blocks : 1};
+	*ra = (fcl_ra){.max_window = max_window_blocks ? max_window_blocks : 1, .slack = slack};
 }
 
 uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_size,
@@ -20,7 +30,7 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 		return 0;
 	/* The kernel sends up to a few readahead requests at once and threads
 	 * may answer them out of order: allow that much slack either way. */
-	uint64_t slack = 4 * (len > (128u << 10) ? len : (128u << 10));
+	uint64_t slack = 4 * len > ra->slack ? 4 * len : ra->slack;
 	bool seq = off + slack >= ra->next_off && off <= ra->next_off + slack;
 	uint64_t end = off + len;
 	uint64_t block = (end - 1) / block_size;
@@ -57,4 +67,50 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 	ra->issued_to = to;
 	*first = from;
 	return to - from;
+}
+
+typedef struct ra_slot {
+	uint64_t ino, vhash; /* 0: free */
+	fcl_ra ra;
+} ra_slot;
+
+_Static_assert(FCL_RA_SHARED_SLOTS == 1u << 10, "the slot hash takes the top 10 bits");
+
+struct fcl_ra_shared {
+	pthread_mutex_t lock;
+	ra_slot slots[FCL_RA_SHARED_SLOTS];
+};
+
+int fcl_ra_shared_new(fcl_ra_shared **out)
+{
+	fcl_ra_shared *rs = calloc(1, sizeof(*rs));
+	if (!rs)
+		return -ENOMEM;
+	pthread_mutex_init(&rs->lock, NULL);
+	*out = rs;
+	return 0;
+}
+
+void fcl_ra_shared_free(fcl_ra_shared *rs)
+{
+	if (!rs)
+		return;
+	pthread_mutex_destroy(&rs->lock);
+	free(rs);
+}
+
+uint64_t fcl_ra_shared_on_read(fcl_ra_shared *rs, uint64_t ino, uint64_t vhash,
+                               uint64_t max_window_blocks, uint64_t off, uint64_t len,
+                               uint64_t block_size, uint64_t file_size, uint64_t *first)
+{
+	ra_slot *s = &rs->slots[(ino * 0x9E3779B97F4A7C15ull) >> 54]; /* 1024 slots */
+	pthread_mutex_lock(&rs->lock);
+	if (s->ino != ino || s->vhash != vhash) {
+		s->ino = ino;
+		s->vhash = vhash;
+		fcl_ra_init(&s->ra, max_window_blocks, FCL_RA_SLACK_SHARED);
+	}
+	uint64_t n = fcl_ra_on_read(&s->ra, off, len, block_size, file_size, first);
+	pthread_mutex_unlock(&rs->lock);
+	return n;
 }

@@ -584,7 +584,7 @@ Test(fuse_open_cache, bounded_lru)
 Test(fuse_readahead, sequential_grows_window_to_budget)
 {
 	fcl_ra ra;
-	fcl_ra_init(&ra, 8);
+	fcl_ra_init(&ra, 8, FCL_RA_SLACK_HANDLE);
 	uint64_t bs = 4 * MiB, size = 400 * (uint64_t)MiB, first, n;
 	cr_assert_eq(fcl_ra_on_read(&ra, 0, MiB, bs, size, &first), 0); /* one read: not yet */
 	n = fcl_ra_on_read(&ra, MiB, MiB, bs, size, &first);
@@ -609,7 +609,7 @@ Test(fuse_readahead, sequential_grows_window_to_budget)
 Test(fuse_readahead, random_never_triggers)
 {
 	fcl_ra ra;
-	fcl_ra_init(&ra, 64);
+	fcl_ra_init(&ra, 64, FCL_RA_SLACK_HANDLE);
 	uint64_t first, x = 12345;
 	uint64_t size = 1024 * (uint64_t)MiB;
 	for (int i = 0; i < 1000; i++) {
@@ -623,7 +623,7 @@ Test(fuse_readahead, random_never_triggers)
 Test(fuse_readahead, stops_at_end_of_file)
 {
 	fcl_ra ra;
-	fcl_ra_init(&ra, 64);
+	fcl_ra_init(&ra, 64, FCL_RA_SLACK_HANDLE);
 	uint64_t first, total = 0, bs = MiB, size = 5 * MiB + 17;
 	for (uint64_t off = 0; off < size; off += 128 * 1024) {
 		uint64_t n = fcl_ra_on_read(&ra, off, 128 * 1024, bs, size, &first);
@@ -632,6 +632,51 @@ Test(fuse_readahead, stops_at_end_of_file)
 		total += n;
 	}
 	cr_assert_eq(total, 5); /* blocks 1..5, each once */
+}
+
+/* The samples of a shard read in order by 8 threads, one open each: the
+ * file's shared detector takes their reads, out of order within each 8,
+ * as one sequential run and asks for every block after the first, once. */
+Test(fuse_readahead, shared_by_opens_of_one_file)
+{
+	fcl_ra_shared *rs;
+	cr_assert_eq(fcl_ra_shared_new(&rs), 0);
+	uint64_t bs = MiB, size = 32 * (uint64_t)MiB, len = 128 * 1024, first, asked = 0;
+	uint64_t next_block = 1;
+	for (uint64_t g = 0; g < size / len; g += 8)
+		for (uint64_t k = 0; k < 8; k++) {
+			uint64_t i = g + (k * 5) % 8; /* 0 5 2 7 4 1 6 3 */
+			uint64_t n =
+			    fcl_ra_shared_on_read(rs, 42, 7, 64, i * len, len, bs, size, &first);
+			if (n) {
+				cr_assert_eq(first, next_block, "asked for %lu, next due %lu",
+				             first, next_block);
+				next_block = first + n;
+				asked += n;
+			}
+		}
+	cr_assert_eq(asked, 31, "blocks 1..31, each once: %lu", asked);
+	fcl_ra_shared_free(rs);
+}
+
+/* A run is the file's: a new version of it, or another file in its slot,
+ * starts over (the next read is the first of a run). */
+Test(fuse_readahead, shared_starts_over)
+{
+	fcl_ra_shared *rs;
+	cr_assert_eq(fcl_ra_shared_new(&rs), 0);
+	uint64_t bs = MiB, size = 64 * (uint64_t)MiB, len = MiB, first;
+	uint64_t other = 43;
+	while (((other * 0x9E3779B97F4A7C15ull) >> 54) != ((42 * 0x9E3779B97F4A7C15ull) >> 54))
+		other++;
+	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 7, 64, 0, len, bs, size, &first), 0);
+	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 7, 64, len, len, bs, size, &first), 1);
+	/* The same offsets of another version, then of the other file. */
+	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 8, 64, 2 * len, len, bs, size, &first), 0);
+	cr_assert_eq(fcl_ra_shared_on_read(rs, other, 8, 64, 3 * len, len, bs, size, &first), 0);
+	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 8, 64, 3 * len, len, bs, size, &first), 0);
+	cr_assert_gt(fcl_ra_shared_on_read(rs, 42, 8, 64, 4 * len, len, bs, size, &first), 0);
+	fcl_ra_shared_free(rs);
 }
 
 /* ---- options ---- */
