@@ -218,6 +218,7 @@ typedef struct fcl_ra {
 	uint64_t max_window;
 	uint64_t issued_to; /* blocks below this were asked for already */
 	uint64_t slack;     /* a read this far from next_off, or 4 lengths, is in order */
+	uint64_t run_start; /* where the current run began */
 } fcl_ra;
 
 /* Slack of one open file's detector: the kernel's parallel readahead

@@ -34,12 +34,17 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 	bool seq = off + slack >= ra->next_off && off <= ra->next_off + slack;
 	uint64_t end = off + len;
 	uint64_t block = (end - 1) / block_size;
+	/* Inside the run: a read that waited on a miss while later ones
+	 * went by (they are counted when answered). */
+	if (!seq && ra->seq >= 2 && off >= ra->run_start && end <= ra->next_off)
+		return 0;
 	if (!seq) {
 		ra->seq = 0;
 		ra->window = 0;
 		ra->issued_to = 0;
 		ra->next_off = end;
 		ra->last_block = block;
+		ra->run_start = off;
 		return 0;
 	}
 	if (end > ra->next_off)

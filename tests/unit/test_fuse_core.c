@@ -659,6 +659,39 @@ Test(fuse_readahead, shared_by_opens_of_one_file)
 	fcl_ra_shared_free(rs);
 }
 
+/* A read that waited on a miss while later ones went by is answered long
+ * after them, behind the run by more than the slack: it neither restarts
+ * the run (the window would fall back to one block and every block ahead
+ * be asked for again) nor counts. */
+Test(fuse_readahead, late_reads_keep_the_run)
+{
+	fcl_ra ra;
+	fcl_ra_init(&ra, 16, FCL_RA_SLACK_SHARED);
+	uint64_t bs = MiB, size = 64 * (uint64_t)MiB, len = 128 * 1024, first, asked = 0;
+	uint64_t next_block = 1, lagging[64], nlag = 0, done = 0;
+	for (uint64_t i = 0; i < size / len; i++) {
+		uint64_t at[2], n_at = 0;
+		if (i % 8 == 3)
+			lagging[nlag++] = i; /* answered 24 samples (3 MiB) later */
+		else
+			at[n_at++] = i;
+		if (done < nlag && lagging[done] + 24 <= i)
+			at[n_at++] = lagging[done++];
+		for (uint64_t k = 0; k < n_at; k++) {
+			uint64_t n = fcl_ra_on_read(&ra, at[k] * len, len, bs, size, &first);
+			if (n) {
+				cr_assert_eq(first, next_block,
+				             "asked for %lu again (next due %lu)", first,
+				             next_block);
+				next_block = first + n;
+				asked += n;
+			}
+		}
+	}
+	cr_assert_eq(asked, 63, "blocks 1..63, each once: %lu", asked);
+	cr_assert_eq(ra.window, 16);
+}
+
 /* A run is the file's: a new version of it, or another file in its slot,
  * starts over (the next read is the first of a run). */
 Test(fuse_readahead, shared_starts_over)
