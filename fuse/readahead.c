@@ -34,8 +34,9 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 	bool seq = off + slack >= ra->next_off && off <= ra->next_off + slack;
 	uint64_t end = off + len;
 	uint64_t block = (end - 1) / block_size;
-	/* Inside the run: a read that waited on a miss while later ones
-	 * went by (they are counted when answered). */
+	/* Inside the current run but behind it by more than the slack: a
+	 * read that waited on a miss while later ones were answered. It
+	 * neither restarts the run nor counts. */
 	if (!seq && ra->seq >= 2 && off >= ra->run_start && end <= ra->next_off)
 		return 0;
 	if (!seq) {
