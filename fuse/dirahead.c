@@ -70,14 +70,9 @@ struct fcl_dirahead {
 	uint64_t clock;
 };
 
-static size_t hash_index(uint64_t ino, int bits)
-{
-	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> (64 - bits));
-}
-
 static size_t map_index(uint64_t ino)
 {
-	return hash_index(ino, DA_MAP_BITS);
+	return fcl_ino_slot(ino, DA_MAP_BITS);
 }
 
 int fcl_da_new(fcl_dirahead **out)
@@ -135,7 +130,7 @@ static da_dir *dir_oldest(fcl_dirahead *da)
  * another directory. Under lock. */
 static da_sib *sib_of(fcl_dirahead *da, uint64_t dino)
 {
-	da_sib *e = &da->sib[hash_index(dino, DA_SIB_BITS)];
+	da_sib *e = &da->sib[fcl_ino_slot(dino, DA_SIB_BITS)];
 
 	if (e->dino != dino)
 		*e = (da_sib){.dino = dino};
@@ -185,13 +180,13 @@ void fcl_da_listed(fcl_dirahead *da, uint64_t dino, const fcl_da_file *files, si
  * NULL if unknown or not held. Under lock. */
 static da_dir *next_sibling(fcl_dirahead *da, const da_dir *d)
 {
-	da_sib s = da->sib[hash_index(d->dino, DA_SIB_BITS)];
+	da_sib s = da->sib[fcl_ino_slot(d->dino, DA_SIB_BITS)];
 
 	if (s.dino != d->dino || !s.next)
 		return NULL;
 	uint64_t next = s.next;
 
-	s = da->sib[hash_index(next, DA_SIB_BITS)];
+	s = da->sib[fcl_ino_slot(next, DA_SIB_BITS)];
 	if (s.dino != next || !s.held || da->dirs[s.slot].gen != s.gen ||
 	    da->dirs[s.slot].dino != next)
 		return NULL; /* not listed here, or its slot took another listing */

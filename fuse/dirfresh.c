@@ -91,7 +91,7 @@ static bool better_victim(const df_slot *a, const df_slot *b)
 
 static size_t set_of(uint64_t dino)
 {
-	return (size_t)((dino * 0x9E3779B97F4A7C15ull) >> (64 - DF_SET_BITS));
+	return fcl_ino_slot(dino, DF_SET_BITS);
 }
 
 /* dino's slot: the one it has, or the one it takes now. */

@@ -208,6 +208,13 @@ bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
 /* The node's version is unknown again (a read found the object changed). */
 void fcl_versions_forget(fcl_versions *v, uint64_t ino);
 
+/* Slot of ino in a table of 1 << bits (Fibonacci hashing: consecutive
+ * inode numbers spread over the table). */
+static inline size_t fcl_ino_slot(uint64_t ino, int bits)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
 /* ---- readahead (readahead.c) ---- */
 
 typedef struct fcl_ra {
@@ -239,9 +246,9 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 /* The detectors of files read through many opens: a loader that opens a
  * shard for each sample it reads, samples in order, never reads twice
  * through one open, so no open's own detector starts. One detector per
- * file, in a table of FCL_RA_SHARED_SLOTS (a file whose slot another
- * takes starts over). */
-#define FCL_RA_SHARED_SLOTS 1024
+ * file, in a table of 1 << FCL_RA_SHARED_BITS (a file whose slot
+ * another takes starts over). */
+#define FCL_RA_SHARED_BITS 10
 typedef struct fcl_ra_shared fcl_ra_shared;
 int fcl_ra_shared_new(fcl_ra_shared **out);
 void fcl_ra_shared_free(fcl_ra_shared *rs);

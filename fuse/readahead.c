@@ -80,11 +80,9 @@ typedef struct ra_slot {
 	fcl_ra ra;
 } ra_slot;
 
-_Static_assert(FCL_RA_SHARED_SLOTS == 1u << 10, "the slot hash takes the top 10 bits");
-
 struct fcl_ra_shared {
 	pthread_mutex_t lock;
-	ra_slot slots[FCL_RA_SHARED_SLOTS];
+	ra_slot slots[1u << FCL_RA_SHARED_BITS];
 };
 
 int fcl_ra_shared_new(fcl_ra_shared **out)
@@ -109,7 +107,7 @@ uint64_t fcl_ra_shared_on_read(fcl_ra_shared *rs, uint64_t ino, uint64_t vhash,
                                uint64_t max_window_blocks, uint64_t off, uint64_t len,
                                uint64_t block_size, uint64_t file_size, uint64_t *first)
 {
-	ra_slot *s = &rs->slots[(ino * 0x9E3779B97F4A7C15ull) >> 54]; /* 1024 slots */
+	ra_slot *s = &rs->slots[fcl_ino_slot(ino, FCL_RA_SHARED_BITS)];
 	pthread_mutex_lock(&rs->lock);
 	if (s->ino != ino || s->vhash != vhash) {
 		s->ino = ino;

@@ -700,7 +700,7 @@ Test(fuse_readahead, shared_starts_over)
 	cr_assert_eq(fcl_ra_shared_new(&rs), 0);
 	uint64_t bs = MiB, size = 64 * (uint64_t)MiB, len = MiB, first;
 	uint64_t other = 43;
-	while (((other * 0x9E3779B97F4A7C15ull) >> 54) != ((42 * 0x9E3779B97F4A7C15ull) >> 54))
+	while (fcl_ino_slot(other, FCL_RA_SHARED_BITS) != fcl_ino_slot(42, FCL_RA_SHARED_BITS))
 		other++;
 	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 7, 64, 0, len, bs, size, &first), 0);
 	cr_assert_eq(fcl_ra_shared_on_read(rs, 42, 7, 64, len, len, bs, size, &first), 1);
