@@ -1062,6 +1062,7 @@ typedef struct span_ctx {
 	size_t n, cur; /* f[cur] takes the next bytes */
 	struct span_ctx *next;
 	bool paused; /* waiting in bulk_gate (under mu) */
+	bool wanted; /* seen wanted (do_wanted) once: it stays so (only its thread reads it) */
 } span_ctx;
 
 static void reading_begin(span_ctx *sc)
@@ -1125,14 +1126,14 @@ static uint64_t span_left(const span_ctx *sc)
  * a request's latency, not its bandwidth). */
 static void bulk_gate(span_ctx *sc)
 {
+	if (sc->wanted || span_left(sc) <= FX_BULK_TAIL)
+		return;
 	wrk_fx *fx = sc->fx;
 	uint64_t until = cis_mono_ms() + FX_BULK_PAUSE_MS;
 	bool counted = false;
 
-	if (span_left(sc) <= FX_BULK_TAIL)
-		return;
 	pthread_mutex_lock(&fx->mu);
-	while (!fx->stop && !do_wanted(sc)) {
+	while (!fx->stop && !(sc->wanted = do_wanted(sc))) {
 		size_t wanted = 0, streaming = 0;
 
 		for (const span_ctx *r = fx->reading; r; r = r->next)
