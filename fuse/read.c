@@ -246,6 +246,10 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 				}
 				free(buf);
 				fcl_local_forget(c, w, &ref); /* that descriptor is bad */
+				/* Ask the worker itself: it reads the file before it
+				 * sends it, and one it cannot read (a failing disk) it
+				 * drops and fetches again. */
+				stream = true;
 			}
 		}
 		if (stream) {

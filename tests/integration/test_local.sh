@@ -413,4 +413,42 @@ compare_tree "$SRC" "after a port was taken"
 assert_stopped "$STATE" "port taken"
 kill "$(cat "$THIEF/pid")"
 
+log "a cache disk that fails under the mount"
+# The cache dir on a loop device whose end is cut off once a file's blocks
+# are cached (reads of their files fail with EIO, as on a disk going bad):
+# the client's reads of the block files fail, it asks the worker, which
+# drops the blocks and fetches them again; the reader sees none of it.
+if losetup -f >/dev/null 2>&1; then
+	DISK=$CIS_TMP/disk
+	mkdir -p "$DISK/mnt" "$DISK/src"
+	head -c $((12 << 20)) /dev/urandom >"$DISK/src/f.bin"
+	truncate -s 64M "$DISK/img"
+	mkfs.ext4 -q -F -O ^has_journal -b 4096 "$DISK/img" || fail "mkfs.ext4 failed"
+	loopdev=$(losetup -f --show "$DISK/img") || fail "losetup failed"
+	cis_on_exit "losetup -d $loopdev"
+	mount "$loopdev" "$DISK/mnt" || fail "mount of the loop device failed"
+	cis_on_exit "umount -l $DISK/mnt"
+	# The blocks' data land after 40 MiB of the disk, its metadata before.
+	fallocate -l 40M "$DISK/mnt/filler"
+	out=$("$CISTERN" local "file://$DISK/src" "$MNT" --state-dir "$DISK/state" \
+		--cache-dir "$DISK/mnt/c:20M" 2>&1) ||
+		fail "cistern local on the loop disk failed: $out"
+	cmp "$MNT/f.bin" "$DISK/src/f.bin" || fail "file through the mount differs"
+	# Its blocks are cached once the worker has committed them.
+	wait_for 20 bash -c "[ \$(find '$DISK/mnt/c' -type f -size 4096k | wc -l) = 3 ]"
+	sync
+	cut=$(find "$DISK/mnt/c" -type f -size 4096k -exec filefrag -v {} \; |
+		awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' | sort -n | head -1)
+	[ "${cut:-0}" -gt $((40 * 256)) ] || fail "block files not after the filler (at block ${cut:-?})"
+	truncate -s $((cut * 4096)) "$DISK/img"
+	losetup -c "$loopdev"
+	echo 3 >/proc/sys/vm/drop_caches
+	cmp "$MNT/f.bin" "$DISK/src/f.bin" || fail "file on the failing cache disk differs"
+	assert_contains "$(cat "$DISK/state/logs/worker.log")" "file unreadable" "blocks dropped"
+	"$CISTERN" local --stop "$MNT" --state-dir "$DISK/state" >/dev/null 2>&1 ||
+		fail "--stop on the loop disk"
+else
+	log "SKIPPED: no loop device on this machine"
+fi
+
 log "test_local: ok"
