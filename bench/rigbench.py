@@ -251,7 +251,10 @@ def cmd_fuse(a):
                  f"hot re-read rows). The tree: {len(tree):,} empty "
                  f"files in a file:// mount at /tree; its first find through the mount took "
                  f"{first:.1f} s (listing, not in the figures); the stat rows are os.lstat of "
-                 "every file, one thread, after that.",
+                 "every file, one thread, after that. The hot re-read reads the FUSE "
+                 "files' page cache, which a kernel without large folios for FUSE files "
+                 "keeps in 4 KiB pages, against the local file's folios of up to 2 MiB "
+                 "(docs/fuse.md, How it works, page cache).",
         "targets": [["FUSE warm sequential ≥ 0.85 × direct read of the block files", w / b, 0.85],
                     ["FUSE hot re-read ≥ 0.8 × local page cache", h / hl, 0.8],
                     ["FUSE warm stat ≥ 100,000 stats/s (ratio: rate ÷ 100,000)", s / 1e5, 1]]})
