@@ -52,10 +52,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cistern/fileio.h"
 #include "cistern/log.h"
 #include "cistern/msgtype.h"
 #include "cistern/time.h"
@@ -448,56 +448,6 @@ static void queue_direct(wrk_fx *fx, const wrk_ref *ref, cis_rpc_conn *conn,
 	enqueue(fx, j, WRK_PRIO_HIGH);
 }
 
-/* 0 when bytes [off, end) of fd read without an error, else the error
- * (negative errno; -EIO for a file that ends before). The bytes go out
- * later with sendfile, on the connection's thread, where a read error
- * could only cut the connection (the reader would take this worker for
- * dead, and every later read of the block would do the same); found here,
- * it drops the block and the reader gets it fetched again. Pages in the
- * page cache cannot fail (mincore says which those are): only the others
- * are read, into a scratch buffer, and sendfile then finds them cached. */
-static int range_readable(int fd, uint64_t off, uint64_t end)
-{
-	const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
-	const uint64_t start = off & ~(pg - 1);
-	const size_t len = (size_t)(end - start), npages = (size_t)((len + pg - 1) / pg);
-	unsigned char *resident = calloc(npages, 1); /* 0: not known to be cached */
-	char *scratch = NULL;
-	uint64_t pos = off;
-	int rc = 0;
-
-	if (!resident)
-		return -ENOMEM;
-	void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)start);
-	if (map != MAP_FAILED) {
-		if (mincore(map, len, resident) != 0)
-			memset(resident, 0, npages);
-		munmap(map, len);
-	}
-	while (pos < end && rc == 0) {
-		size_t page = (size_t)((pos - start) / pg);
-
-		if (resident[page] & 1) {
-			pos = start + (page + 1) * pg;
-			continue;
-		}
-		if (!scratch && !(scratch = malloc(FX_STAGE))) {
-			rc = -ENOMEM;
-			break;
-		}
-		size_t want = end - pos < FX_STAGE ? (size_t)(end - pos) : FX_STAGE;
-		ssize_t n = pread(fd, scratch, want, (off_t)pos);
-
-		if (n > 0)
-			pos += (uint64_t)n;
-		else if (!(n < 0 && errno == EINTR))
-			rc = n < 0 ? -errno : -EIO;
-	}
-	free(resident);
-	free(scratch);
-	return rc;
-}
-
 void wrk_fx_read(wrk_fx *fx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const wrk_ref *ref,
                  uint64_t off, uint64_t len)
 {
@@ -553,9 +503,14 @@ again:
 		 * with another one is taken for corrupt, dropped and fetched
 		 * again. */
 		fd = info.len == blen ? open(info.path, O_RDONLY | O_CLOEXEC) : -1;
+		/* The bytes go out later with sendfile, on the connection's
+		 * thread, where a read error could only cut the connection
+		 * (the reader would take this worker for dead, and every
+		 * later read of the block would do the same): the range is
+		 * read first, and a file that fails it is dropped below. */
 		int unreadable = 0;
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == info.len &&
-		    (unreadable = range_readable(fd, off, end)) == 0) {
+		    (unreadable = cis_file_range_readable(fd, off, end)) == 0) {
 			cis_counter_inc(w->m.hits);
 			rc = send_file_range(w, conn, hdr, fd, off, end, end - off, true, true);
 			if (rc < 0)
