@@ -39,6 +39,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cistern/fileio.h"
 #include "cistern/log.h"
 
 /* Kernel ABI 7.40 (include/uapi/linux/fuse.h), newer than the headers of
@@ -193,9 +194,22 @@ int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd,
 {
 	struct stat st;
 	bool on = pt_on(c);
-	/* A block file cut short behind the worker's back would read short:
-	 * such a file is read through the daemon, which fails over. */
-	bool whole = on && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
+	/* A block file cut short behind the worker's back would read short,
+	 * and one on a failing disk would fail the application's reads with
+	 * EIO: such a file is read through the daemon, which asks the worker
+	 * (it drops the file and fetches the block again). What is not in
+	 * the page cache is read here to know; the kernel then finds it
+	 * cached. */
+	bool whole =
+	    on && fd >= 0 && !o_direct && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
+	int unreadable = whole ? cis_file_range_readable(fd, 0, size) : 0;
+	if (unreadable) {
+		whole = false;
+		cis_log_limited(CIS_LOG_WARN, "passthrough-unreadable", 10,
+		                "block file unreadable, reading through the daemon",
+		                "ino=%llu err=\"%s\"", (unsigned long long)ino,
+		                cis_strerror(unreadable));
+	}
 	pt_open po = {
 	    .c = c, .vhash = vhash, .fd = whole && !o_direct ? fd : -1, .o_direct = o_direct};
 	*direct = false;

@@ -414,14 +414,19 @@ assert_stopped "$STATE" "port taken"
 kill "$(cat "$THIEF/pid")"
 
 log "a cache disk that fails under the mount"
-# The cache dir on a loop device whose end is cut off once a file's blocks
-# are cached (reads of their files fail with EIO, as on a disk going bad):
-# the client's reads of the block files fail, it asks the worker, which
-# drops the blocks and fetches them again; the reader sees none of it.
+# The cache dir on a loop device whose end is cut off once two files'
+# blocks are cached (reads of their files fail with EIO, as on a disk going
+# bad). f.bin (3 blocks) is read through the daemon: the client's reads of
+# its block files fail, it asks the worker, which drops them and fetches
+# the blocks again. s.bin (one block) would pass through to its block file,
+# where the kernel itself would fail the reads: its open finds the file
+# unreadable and reads through the daemon instead. The reader sees none of
+# it.
 if losetup -f >/dev/null 2>&1; then
 	DISK=$CIS_TMP/disk
 	mkdir -p "$DISK/mnt" "$DISK/src"
 	head -c $((12 << 20)) /dev/urandom >"$DISK/src/f.bin"
+	head -c $((1 << 20)) /dev/urandom >"$DISK/src/s.bin"
 	truncate -s 64M "$DISK/img"
 	mkfs.ext4 -q -F -O ^has_journal -b 4096 "$DISK/img" || fail "mkfs.ext4 failed"
 	loopdev=$(losetup -f --show "$DISK/img") || fail "losetup failed"
@@ -433,18 +438,31 @@ if losetup -f >/dev/null 2>&1; then
 	out=$("$CISTERN" local "file://$DISK/src" "$MNT" --state-dir "$DISK/state" \
 		--cache-dir "$DISK/mnt/c:20M" 2>&1) ||
 		fail "cistern local on the loop disk failed: $out"
-	cmp "$MNT/f.bin" "$DISK/src/f.bin" || fail "file through the mount differs"
-	# Its blocks are cached once the worker has committed them.
-	wait_for 20 bash -c "[ \$(find '$DISK/mnt/c' -type f -size 4096k | wc -l) = 3 ]"
+	fhttp=$(jq -r .fuse_http_port "$DISK/state/local.json")
+	passthrough_opens() {
+		curl -sf "http://127.0.0.1:$fhttp/metrics" |
+			awk '$1 == "cistern_fuse_passthrough_opens_total" { print $2 }'
+	}
+	for f in f.bin s.bin; do cmp "$MNT/$f" "$DISK/src/$f" || fail "$f through the mount differs"; done
+	# Their blocks are cached once the worker has committed them.
+	blockfiles() { find "$DISK/mnt/c" -type f \( -size 4096k -o -size 1024k \); }
+	wait_for 20 bash -c "[ \$(find '$DISK/mnt/c' -type f \( -size 4096k -o -size 1024k \) | wc -l) = 4 ]"
+	pt0=$(passthrough_opens)
+	cmp "$MNT/s.bin" "$DISK/src/s.bin" || fail "s.bin differs"
+	[ "$(passthrough_opens)" -gt "$pt0" ] || fail "s.bin was not opened in passthrough"
 	sync
-	cut=$(find "$DISK/mnt/c" -type f -size 4096k -exec filefrag -v {} \; |
+	cut=$(blockfiles | while read -r b; do filefrag -v "$b"; done |
 		awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' | sort -n | head -1)
 	[ "${cut:-0}" -gt $((40 * 256)) ] || fail "block files not after the filler (at block ${cut:-?})"
 	truncate -s $((cut * 4096)) "$DISK/img"
 	losetup -c "$loopdev"
 	echo 3 >/proc/sys/vm/drop_caches
-	cmp "$MNT/f.bin" "$DISK/src/f.bin" || fail "file on the failing cache disk differs"
+	for f in f.bin s.bin; do
+		cmp "$MNT/$f" "$DISK/src/$f" || fail "$f on the failing cache disk differs"
+	done
 	assert_contains "$(cat "$DISK/state/logs/worker.log")" "file unreadable" "blocks dropped"
+	assert_contains "$(cat "$DISK/state/logs/fuse.log")" "block file unreadable, reading through the daemon" \
+		"no passthrough to an unreadable block file"
 	"$CISTERN" local --stop "$MNT" --state-dir "$DISK/state" >/dev/null 2>&1 ||
 		fail "--stop on the loop disk"
 else
