@@ -87,6 +87,11 @@ typedef struct bs_dir {
 	bool gone_seen; /* found gone, and its blocks dropped, since last writable */
 } bs_dir;
 
+typedef struct atime_move {
+	cis_block_id id;
+	int64_t atime_s;
+} atime_move;
+
 struct wrk_bs {
 	wrk *w;
 	pthread_mutex_t mu;
@@ -101,6 +106,15 @@ struct wrk_bs {
 	int lock_fd;
 	uint64_t dead_seq; /* names of removed block files (victim.seq), under mu */
 	uint32_t reuse_ms; /* uses closer than this are one (WRK_REUSE_MS) */
+	/* The blocks whose time moved since the last save (atime_s not
+	 * filled: the block's own is taken then), so that a save does not
+	 * walk the whole table under mu; a block may be listed again after
+	 * it was dropped and cached anew. The save walks the table only when
+	 * the list lost one (out of memory) or an index write failed. */
+	atime_move *moved;
+	size_t nmoved, capmoved;
+	bool moved_lost;
+	bool any_stale; /* a block is index_stale */
 };
 
 static size_t bucket_of(const wrk_bs *bs, cis_block_id id)
@@ -208,6 +222,7 @@ static int idx_put(wrk_bs *bs, wrk_block *b)
 	}
 	free(val);
 	b->index_stale = rc != 0;
+	bs->any_stale |= rc != 0;
 	if (rc) {
 		cis_log_limited(CIS_LOG_ERROR, "worker:lmdb-put", 60, "block index write failed",
 		                "err=\"%s\"", mdb_strerror(rc));
@@ -226,11 +241,6 @@ static int idx_put(wrk_bs *bs, wrk_block *b)
  * Only the time is patched into each stored record; the rest of it (pin,
  * length, dir) is written where it changes. A block dropped meanwhile has
  * no record left to patch. */
-typedef struct atime_move {
-	cis_block_id id;
-	int64_t atime_s;
-} atime_move;
-
 /* Key order (wrk_id_to_bytes: hi, then lo, big-endian). */
 static int cmp_move(const void *a, const void *b)
 {
@@ -244,14 +254,51 @@ static int cmp_move(const void *a, const void *b)
 #define ATIME_BATCH 2048 /* records per transaction: other writers get in between */
 #endif
 
+/* b's time moved: list it for the next save. Caller holds mu. */
+static void do_mark_moved(wrk_bs *bs, wrk_block *b)
+{
+	if (b->atime_moved)
+		return;
+	b->atime_moved = true;
+	if (bs->nmoved == bs->capmoved) {
+		size_t nc = bs->capmoved ? bs->capmoved * 2 : 1024;
+		atime_move *g = realloc(bs->moved, nc * sizeof(*g));
+		if (!g) {
+			bs->moved_lost = true; /* the next save walks the table */
+			return;
+		}
+		bs->moved = g;
+		bs->capmoved = nc;
+	}
+	bs->moved[bs->nmoved++] = (atime_move){b->id, 0};
+}
+
 /* The blocks whose time moved, their flags cleared, into *out (in key
- * order); how many. A block whose index write failed is written whole
- * now, as commit and pin do, under mu. */
+ * order); how many. From the list of those that moved, or, when it lost
+ * one or an index write failed, from the whole table, where a block whose
+ * index write failed is written whole now, as commit and pin do; under
+ * mu. */
 static size_t collect_moved(wrk_bs *bs, atime_move **out)
 {
 	atime_move *mv = NULL;
 	size_t n = 0, cap = 0;
 	pthread_mutex_lock(&bs->mu);
+	bool walk = bs->moved_lost || bs->any_stale;
+	mv = bs->moved;
+	cap = bs->nmoved;
+	bs->moved = NULL;
+	bs->nmoved = bs->capmoved = 0;
+	bs->moved_lost = bs->any_stale = false;
+	if (!walk) {
+		for (size_t i = 0; i < cap; i++) {
+			wrk_block *b = do_find(bs, mv[i].id);
+			if (!b || !b->atime_moved)
+				continue; /* dropped, or listed twice */
+			mv[n++] = (atime_move){b->id, b->atime_s};
+			b->atime_moved = false;
+		}
+		goto out;
+	}
 	for (size_t i = 0; i < bs->nbuckets; i++)
 		for (wrk_block *b = bs->table[i]; b; b = b->hnext) {
 			if (b->index_stale)
@@ -261,8 +308,10 @@ static size_t collect_moved(wrk_bs *bs, atime_move **out)
 			if (n == cap) {
 				size_t nc = cap ? cap * 2 : 1024;
 				atime_move *g = realloc(mv, nc * sizeof(*g));
-				if (!g)
-					goto out; /* the rest stay moved: next save */
+				if (!g) {
+					bs->moved_lost = true; /* the rest stay moved: next save */
+					goto out;
+				}
 				mv = g;
 				cap = nc;
 			}
@@ -328,7 +377,7 @@ static void remark_moved(wrk_bs *bs, const atime_move *mv, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		wrk_block *b = do_find(bs, mv[i].id);
 		if (b && b->atime_s >= mv[i].atime_s)
-			b->atime_moved = true;
+			do_mark_moved(bs, b);
 	}
 	pthread_mutex_unlock(&bs->mu);
 }
@@ -935,7 +984,7 @@ static void do_touch(wrk_bs *bs, wrk_block *b)
 	int64_t t = now_s();
 	if (t != b->atime_s) {
 		b->atime_s = t;
-		b->atime_moved = true;
+		do_mark_moved(bs, b);
 	}
 }
 
@@ -1597,6 +1646,7 @@ out_dirs:
 	if (bs->lock_fd >= 0)
 		close(bs->lock_fd);
 	free(bs->table);
+	free(bs->moved);
 out_free:
 	free(bs);
 	return rc;

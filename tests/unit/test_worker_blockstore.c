@@ -367,6 +367,34 @@ static void use(wrk_bs *bs, int i)
 	wrk_bs_release(bs, info.blk);
 }
 
+Test(worker_blockstore, a_save_takes_the_moved_blocks_from_their_list)
+{
+	wrk_bs *bs = open_bs(10000);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(put(bs, i, 100, false), 0);
+	cr_assert_eq(wrk_bs_save_atimes(bs), 0, "commits write their own time");
+	usleep(1100000);
+	for (int k = 0; k < 3; k++) {
+		use(bs, 3);
+		use(bs, 7);
+	}
+	pthread_mutex_lock(&bs->mu);
+	cr_assert_eq(bs->nmoved, 2, "each block that moved is listed once");
+	cr_assert_not(bs->moved_lost || bs->any_stale, "nothing sends the save through the table");
+	pthread_mutex_unlock(&bs->mu);
+	cr_assert_eq(wrk_bs_free(bs, bid(7)), 0);
+	cr_assert_eq(wrk_bs_save_atimes(bs), 1, "block 7 was freed");
+	pthread_mutex_lock(&bs->mu);
+	cr_assert_eq(bs->nmoved, 0);
+	int64_t t = do_find(bs, bid(3))->atime_s;
+	pthread_mutex_unlock(&bs->mu);
+	struct bs_rec rec;
+	cr_assert(stored(bs, 3, &rec));
+	cr_assert_eq(rec.atime_s, t, "block 3's time was saved");
+	cr_assert_eq(wrk_bs_save_atimes(bs), 0, "nothing moved since");
+	wrk_bs_close(bs);
+}
+
 Test(worker_blockstore, a_save_racing_a_drop_or_a_pin_leaves_them_as_they_are)
 {
 	wrk_bs *bs = open_bs(10000);
