@@ -210,8 +210,7 @@ int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd,
 		                "ino=%llu err=\"%s\"", (unsigned long long)ino,
 		                cis_strerror(unreadable));
 	}
-	pt_open po = {
-	    .c = c, .vhash = vhash, .fd = whole && !o_direct ? fd : -1, .o_direct = o_direct};
+	pt_open po = {.c = c, .vhash = vhash, .fd = whole ? fd : -1, .o_direct = o_direct};
 	*direct = false;
 	if (on && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0) {
 		*direct = po.direct;
