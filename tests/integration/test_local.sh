@@ -422,19 +422,11 @@ log "a cache disk that fails under the mount"
 # where the kernel itself would fail the reads: its open finds the file
 # unreadable and reads through the daemon instead. The reader sees none of
 # it.
-if losetup -f >/dev/null 2>&1; then
-	DISK=$CIS_TMP/disk
-	mkdir -p "$DISK/mnt" "$DISK/src"
+DISK=$CIS_TMP/disk
+if failing_disk "$DISK/mnt"; then
+	mkdir -p "$DISK/src"
 	head -c $((12 << 20)) /dev/urandom >"$DISK/src/f.bin"
 	head -c $((1 << 20)) /dev/urandom >"$DISK/src/s.bin"
-	truncate -s 64M "$DISK/img"
-	mkfs.ext4 -q -F -O ^has_journal -b 4096 "$DISK/img" || fail "mkfs.ext4 failed"
-	loopdev=$(losetup -f --show "$DISK/img") || fail "losetup failed"
-	cis_on_exit "losetup -d $loopdev"
-	mount "$loopdev" "$DISK/mnt" || fail "mount of the loop device failed"
-	cis_on_exit "umount -l $DISK/mnt"
-	# The blocks' data land after 40 MiB of the disk, its metadata before.
-	fallocate -l 40M "$DISK/mnt/filler"
 	out=$("$CISTERN" local "file://$DISK/src" "$MNT" --state-dir "$DISK/state" \
 		--cache-dir "$DISK/mnt/c:20M" 2>&1) ||
 		fail "cistern local on the loop disk failed: $out"
@@ -450,13 +442,7 @@ if losetup -f >/dev/null 2>&1; then
 	pt0=$(passthrough_opens)
 	cmp "$MNT/s.bin" "$DISK/src/s.bin" || fail "s.bin differs"
 	[ "$(passthrough_opens)" -gt "$pt0" ] || fail "s.bin was not opened in passthrough"
-	sync
-	cut=$(blockfiles | while read -r b; do filefrag -v "$b"; done |
-		awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' | sort -n | head -1)
-	[ "${cut:-0}" -gt $((40 * 256)) ] || fail "block files not after the filler (at block ${cut:-?})"
-	truncate -s $((cut * 4096)) "$DISK/img"
-	losetup -c "$loopdev"
-	echo 3 >/proc/sys/vm/drop_caches
+	cut_disk $(blockfiles)
 	for f in f.bin s.bin; do
 		cmp "$MNT/$f" "$DISK/src/$f" || fail "$f on the failing cache disk differs"
 	done

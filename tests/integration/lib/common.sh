@@ -85,3 +85,35 @@ kill_pid() {
 	done
 	kill -9 "$pid" 2>/dev/null || true
 }
+
+# failing_disk DIR: a 64 MiB ext4 file system on a loop device, mounted
+# at DIR, whose first 40 MiB a filler file takes, so that files written
+# afterwards (and their data) lie after it while its metadata lies before;
+# cut_disk then makes them unreadable. Sets DISK_IMG and DISK_DEV; returns
+# 1 where no loop device can be had (the caller skips, saying so).
+failing_disk() {
+	losetup -f >/dev/null 2>&1 || return 1
+	DISK_IMG=$CIS_TMP/disk.img
+	truncate -s 64M "$DISK_IMG"
+	mkfs.ext4 -q -F -O ^has_journal -b 4096 "$DISK_IMG" || fail "mkfs.ext4 failed"
+	DISK_DEV=$(losetup -f --show "$DISK_IMG") || fail "losetup failed"
+	cis_on_exit "losetup -d $DISK_DEV"
+	mkdir -p "$1"
+	mount "$DISK_DEV" "$1" || fail "mount of the loop device failed"
+	cis_on_exit "umount -l $1"
+	fallocate -l 40M "$1/filler"
+}
+
+# cut_disk FILE...: cut the failing disk's end off at the first data block
+# of the FILEs, so that reading any of them fails with EIO (as on a disk
+# going bad), and drop the page cache.
+cut_disk() {
+	local cut
+	sync
+	cut=$(for f in "$@"; do filefrag -v "$f"; done |
+		awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' | sort -n | head -1)
+	[ "${cut:-0}" -gt $((40 * 256)) ] || fail "files not after the disk's filler (at block ${cut:-?})"
+	truncate -s $((cut * 4096)) "$DISK_IMG"
+	losetup -c "$DISK_DEV"
+	echo 3 >/proc/sys/vm/drop_caches
+}
