@@ -602,6 +602,8 @@ static void child_stop(local_stack *s, local_child *c, uint64_t ms)
 			cis_sleep_ms(20);
 	}
 	if (child_alive(c)) {
+		fprintf(stderr, "cistern local: %s did not stop within %llu s of SIGTERM; killed\n",
+		        c->name, (unsigned long long)(ms / 1000));
 		kill(c->pid, SIGKILL);
 		while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR)
 			;

@@ -137,7 +137,21 @@ typedef struct fcl {
 	bool bg_stop;
 	bool bg_started;
 	pthread_t bg;
+
+	bool stop_watched; /* stop.c */
+	pthread_t stop_thread;
 } fcl;
+
+/* ---- stop.c: a stop signal while requests wait ---- */
+
+/* After libfuse's signal handlers are set and the master client exists:
+ * SIGINT, SIGTERM and SIGHUP still end the session loop as libfuse has it,
+ * and also make every request in flight give up its wait (master, workers,
+ * store), so that the loop's end does not wait out their timeouts. */
+int fcl_stop_watch(fcl *c);
+/* Before fuse_remove_signal_handlers: libfuse's handlers back, the watcher
+ * joined. */
+void fcl_stop_unwatch(fcl *c);
 
 /* ---- master.c ---- */
 
@@ -219,6 +233,9 @@ void fcl_remote_free(fcl_remote *r);
 /* The client for w (over its Unix socket when unix is set). Borrowed:
  * clients live until fcl_remote_free. NULL on ENOMEM. */
 cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock);
+/* For a client that is stopping: every worker call, in flight or to come,
+ * fails at once (cis_rpc_client_close). */
+void fcl_remote_close(fcl_remote *r);
 /* ReadBlock [off, off+len) of ref into buf (over the Unix socket for the
  * worker on this host, else TCP); *cached says whether the worker had the
  * block. Fails unless exactly len bytes (or up to the block's end) came

@@ -1157,6 +1157,9 @@ int main(int argc, char **argv)
 	cis_http_server *http = NULL;
 	if ((rc = fcl_master_connect(&c, &em)))
 		cis_die("%s", cis_errmsg_or(&em, rc));
+	if ((rc = fcl_stop_watch(&c)))
+		cis_warn("a stop will wait for the requests in flight", "err=\"%s\"",
+		         strerror(-rc));
 	if (o.http_port) {
 		cis_http_server_opts ho = {
 		    .bind_addr = "0.0.0.0", .port = (uint16_t)o.http_port, .metrics = c.stats.reg};
@@ -1200,6 +1203,7 @@ int main(int argc, char **argv)
 	if (c.bg_started)
 		pthread_join(c.bg, NULL);
 	refresh_stop(&c);
+	fcl_stop_unwatch(&c);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);

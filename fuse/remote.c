@@ -25,6 +25,7 @@ typedef struct rclient {
 struct fcl_remote {
 	pthread_mutex_t lock;
 	rclient *list;
+	bool closed; /* fcl_remote_close: every client fails its calls */
 };
 
 int fcl_remote_new(fcl_remote **out)
@@ -50,6 +51,15 @@ void fcl_remote_free(fcl_remote *r)
 	}
 	pthread_mutex_destroy(&r->lock);
 	free(r);
+}
+
+void fcl_remote_close(fcl_remote *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->closed = true;
+	for (rclient *rc = r->list; rc; rc = rc->next)
+		cis_rpc_client_close(rc->cl);
+	pthread_mutex_unlock(&r->lock);
 }
 
 cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock)
@@ -92,6 +102,8 @@ cis_rpc_client *fcl_remote_client(fcl *c, const fcl_worker *w, bool unix_sock)
 	rc->next = r->list;
 	r->list = rc;
 	cl = rc->cl;
+	if (r->closed)
+		cis_rpc_client_close(cl);
 out_unlock:
 	pthread_mutex_unlock(&r->lock);
 	return cl;

@@ -139,6 +139,7 @@ struct mst_jobs {
 	pthread_mutex_t lock; /* guards every job's fields */
 	struct job *list;
 	bool background;
+	bool stopping; /* mst_jobs_stop: jobs commit nothing more */
 };
 
 /* ---- records ---- */
@@ -1156,21 +1157,33 @@ static void job_free(struct job *j)
 	free(j);
 }
 
+/* The master is stopping: j commits nothing more, its record stays
+ * "running" for the next start to resume. Caller holds js->lock. */
+static void job_stop(struct job *j)
+{
+	j->shutdown = true;
+	j->cancel = true;
+	cis_rpc_cancel_fire(j->calls); /* not waiting for slow workers */
+	pthread_cond_broadcast(&j->cond);
+}
+
+void mst_jobs_stop(mst_jobs *js)
+{
+	if (!js)
+		return;
+	pthread_mutex_lock(&js->lock);
+	js->stopping = true;
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->thread)
+			job_stop(j);
+	pthread_mutex_unlock(&js->lock);
+}
+
 void mst_jobs_free(mst_jobs *js)
 {
 	if (!js)
 		return;
-	/* Stop running jobs; their records stay "running" so the next start
-	 * resumes them. */
-	pthread_mutex_lock(&js->lock);
-	for (struct job *j = js->list; j; j = j->next)
-		if (j->thread) {
-			j->shutdown = true;
-			j->cancel = true;
-			cis_rpc_cancel_fire(j->calls); /* not waiting for slow workers */
-			pthread_cond_broadcast(&j->cond);
-		}
-	pthread_mutex_unlock(&js->lock);
+	mst_jobs_stop(js);
 	for (struct job *j = js->list; j; j = j->next)
 		if (j->thread)
 			pthread_join(j->th, NULL);
@@ -1446,6 +1459,8 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	pthread_mutex_lock(&js->lock);
 	reap_finished(js);
 	job_save(j);
+	if (js->stopping) /* taken, and left for the next start to run */
+		job_stop(j);
 	err = job_start(js, j);
 	if (err) {
 		pthread_mutex_unlock(&js->lock);

@@ -11,6 +11,7 @@
 #include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/rpc.h"
+#include "cistern/ufs.h"
 #include "cistern/version.h"
 #include "master.h"
 
@@ -186,6 +187,11 @@ int main(int argc, char **argv)
 	int sig = 0;
 	sigwait(&sigs, &sig);
 	cis_info("stopping", "signal=%d", sig);
+	/* Requests waiting on a store that stopped answering would hold the
+	 * stop up for the store's timeouts (a minute): abandon them, once the
+	 * jobs keep nothing more of what fails now. */
+	mst_begin_stop(m);
+	cis_ufs_cancel_all();
 	cis_rpc_server_stop(rpc);
 	mst_rpcpool_free(pool);
 	cis_http_server_free(http);

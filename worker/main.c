@@ -23,6 +23,7 @@
 #include "cistern/http.h"
 #include "cistern/log.h"
 #include "cistern/time.h"
+#include "cistern/ufs.h"
 #include "cistern/version.h"
 
 static const cis_opt worker_opts[] = {
@@ -447,6 +448,10 @@ int main(int argc, char **argv)
 	atomic_store(&w.stopping, true);
 	cis_http_server_free(http);
 	cis_rpc_server_stop(rpc);
+	/* No reply goes out any more: fetches waiting on a store that stopped
+	 * answering end now instead of at its timeouts (their temporary files
+	 * are removed; nothing half-written is kept). */
+	cis_ufs_cancel_all();
 	wrk_fx_stop(w.fx); /* fetch threads use the link's mounts */
 	wrk_link_stop(w.link);
 	wrk_leases_free(w.leases);

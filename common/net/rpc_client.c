@@ -93,6 +93,7 @@ struct cis_rpc_client {
 	pthread_cond_t conn_cv; /* connecting finished */
 	int fd;                 /* -1: none */
 	bool broken;
+	bool closed; /* cis_rpc_client_close: no call from now on */
 	bool connecting;
 	bool reader_live; /* a reader thread to join */
 	pthread_t reader;
@@ -313,6 +314,15 @@ static void do_break(cis_rpc_client *c)
 void cis_rpc_client_abort(cis_rpc_client *c)
 {
 	pthread_mutex_lock(&c->lock);
+	if (c->fd >= 0)
+		do_break(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cis_rpc_client_close(cis_rpc_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->closed = true;
 	if (c->fd >= 0)
 		do_break(c);
 	pthread_mutex_unlock(&c->lock);
@@ -578,6 +588,12 @@ static int do_ensure_connected(cis_rpc_client *c, cis_errmsg *em)
 
 	while (c->connecting)
 		pthread_cond_wait(&c->conn_cv, &c->lock);
+	if (c->closed) {
+		char t[300];
+
+		return cis_fail(em, -ECANCELED, "rpc to %s: the client is stopping",
+		                target(c, t, sizeof(t)));
+	}
 	if (c->fd >= 0 && !c->broken)
 		return 0;
 	if (cis_mono_ms() < c->retry_at_ms) {
@@ -728,11 +744,14 @@ static int start_call(cis_rpc_client *c, struct call *k, uint16_t type, const Pr
 
 	pthread_mutex_lock(&c->wlock);
 	pthread_mutex_lock(&c->lock);
-	if (c->fd < 0 || c->broken) {
+	if (c->closed || c->fd < 0 || c->broken) {
+		bool closed = c->closed;
+
 		pthread_mutex_unlock(&c->lock);
 		pthread_mutex_unlock(&c->wlock);
-		r = cis_fail(em, -CIS_E_CLOSED, "rpc to %s: connection lost",
-		             target(c, t, sizeof(t)));
+		r = cis_fail(em, closed ? -ECANCELED : -CIS_E_CLOSED, "rpc to %s: %s",
+		             target(c, t, sizeof(t)),
+		             closed ? "the client is stopping" : "connection lost");
 		goto out_free;
 	}
 	if (k->err) { /* cancelled while it connected: never sent */

@@ -127,6 +127,7 @@ struct req {
 	uint64_t delivered;
 	uint64_t ticked_at; /* delivered when the sink last heard from us */
 	int sink_rc;
+	bool cancelled; /* aborted by cis_ufs_cancel_all */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -449,6 +450,10 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 	int rc;
 
 	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	if (cis_ufs_cancelled()) {
+		r->cancelled = true;
+		return 1;
+	}
 	if (!r->sink || r->status / 100 != 2 || r->delivered == 0)
 		return 0;
 	if (r->delivered != r->ticked_at) { /* bytes came since: not quiet */
@@ -602,11 +607,11 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	if (r->sink) {
-		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-		curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
-		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	}
+	/* Every request: the progress call is where a stopping process ends
+	 * its requests (cis_ufs_cancel_all); for a read it also ticks the sink. */
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 	if (!strcmp(r->method, "HEAD")) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	} else if (!strcmp(r->method, "PUT")) {
@@ -724,7 +729,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 	for (int attempt = 0;; attempt++) {
 		CURLcode cc = CURLE_OK;
 		bool last = attempt + 1 >= RETRY_ATTEMPTS;
-		int rc;
+		int rc = 0;
 
 		r->status = 0;
 		cis_buf_reset(&r->resp);
@@ -742,7 +747,13 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 		r->cr_text[0] = 0;
 		r->bad_range = false;
 		r->overrun = false;
-		rc = attempt_once(s, r, &cc);
+		if (cis_ufs_cancelled())
+			r->cancelled = true;
+		else
+			rc = attempt_once(s, r, &cc);
+		if (r->cancelled)
+			return cis_fail(em, -ECANCELED, "%s: abandoned: the process is stopping",
+			                what);
 		if (rc)
 			return cis_fail(em, rc, "%s: cannot build request: %s", what,
 			                cis_strerror(rc));

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,6 +22,18 @@ struct cis_ufs {
 	void *state;
 	char *uri; /* as opened, userinfo ("key:secret@") removed */
 };
+
+static atomic_bool ufs_cancelled;
+
+void cis_ufs_cancel_all(void)
+{
+	atomic_store(&ufs_cancelled, true);
+}
+
+bool cis_ufs_cancelled(void)
+{
+	return atomic_load(&ufs_cancelled);
+}
 
 /* The backends, by scheme. Frozen: adding a connector means adding it here. */
 static const cis_ufs_ops *const ufs_backends[] = {
@@ -52,10 +65,18 @@ int cis_ufs_check_path(const char *path)
 	}
 }
 
+static int refuse_when_cancelled(const cis_ufs *u, cis_errmsg *em)
+{
+	if (!cis_ufs_cancelled())
+		return 0;
+	return cis_fail(em, -ECANCELED, "%s: not asked: the process is stopping", u->uri);
+}
+
+/* The path is valid, and the process is not stopping. */
 static int check_path_em(const cis_ufs *u, const char *path, cis_errmsg *em)
 {
 	if (cis_ufs_check_path(path) == 0)
-		return 0;
+		return refuse_when_cancelled(u, em);
 	/* The path may be long or odd: show a bounded prefix of it. */
 	return cis_fail(em, -EINVAL,
 	                "%s: invalid path '%.64s%s' (relative, no '.', '..' or empty components, "
@@ -214,7 +235,9 @@ const char *cis_ufs_uri(const cis_ufs *u)
 
 int cis_ufs_check(cis_ufs *u, cis_errmsg *em)
 {
-	return u->ops->check(u->state, em);
+	int err = refuse_when_cancelled(u, em);
+
+	return err ? err : u->ops->check(u->state, em);
 }
 
 int cis_ufs_stat(cis_ufs *u, const char *path, struct cis_ufs_stat *st, cis_errmsg *em)

@@ -274,6 +274,47 @@ assert_stopped "$S3STATE" "SIGTERM"
 kill -0 "$fuse_pid" 2>/dev/null && fail "cistern-fuse survived SIGTERM of cistern local"
 assert_contains "$(cat "$CIS_TMP/fg.err")" "stopped" "stop message"
 
+# A store that stops answering (its front SIGSTOPped: connections are
+# accepted, nothing comes back) while the worker fetches a block for a
+# reader and the master lists for `cistern sync`: the stop must not wait out
+# their timeouts (a minute), nor the supervisor's 10 s per daemon before
+# it kills one.
+log "a stop while the store hangs"
+HANGSTATE="$CIS_TMP/state-s3-hang"
+out=$(AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
+	"$CISTERN" local "s3://$CIS_S3_BUCKET/ds" "$MNT" --state-dir "$HANGSTATE" --timeout 60 \
+	--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true \
+	--option "region=$CIS_S3_REGION" 2>&1) || fail "cistern local s3:// failed: $out"
+api=$(jq -r .api "$HANGSTATE/local.json")
+whttp=$(jq -r .worker_http_port "$HANGSTATE/local.json")
+ls -R "$MNT" >/dev/null || fail "listing the s3:// mount failed"
+kill -STOP "$S3_FRONT_PID"
+cis_on_exit "kill -CONT $S3_FRONT_PID 2>/dev/null"
+cat "$MNT/a/b/big.bin" >/dev/null 2>&1 &
+reader=$!
+"$CISTERN" --api "$api" sync / >/dev/null 2>&1 &
+syncer=$!
+in_flight() {
+	curl -fsS "http://127.0.0.1:$whttp/metrics" |
+		awk '$1 == "cistern_worker_fetches_in_flight" && $2 >= 1 { ok = 1 } END { exit !ok }'
+}
+wait_for 20 in_flight || fail "no fetch waits on the hanging store"
+sleep 1
+kill -0 "$syncer" 2>/dev/null || fail "cistern sync did not wait on the hanging store"
+t0=$(date +%s%N)
+out=$("$CISTERN" local --stop "$MNT" --state-dir "$HANGSTATE" 2>&1) || fail "--stop failed: $out"
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$S3_FRONT_PID"
+log "stop with the store hanging: $took_ms ms"
+[ "$took_ms" -lt 8000 ] || fail "the stop took $took_ms ms with the store hanging"
+if grep -q "killed" "$HANGSTATE/logs/local.log"; then
+	fail "a daemon had to be killed: $(grep killed "$HANGSTATE/logs/local.log")"
+fi
+assert_contains "$(cat "$HANGSTATE/logs/fuse.log")" "requests in flight give up" "fuse's stop"
+assert_stopped "$HANGSTATE" "stop with the store hanging"
+wait "$reader" && fail "a read of a block never fetched succeeded after the stop"
+wait "$syncer" && fail "cistern sync succeeded with the store hanging"
+
 # --- failures --------------------------------------------------------------
 log "a FUSE option cistern-fuse does not know"
 out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 60 \

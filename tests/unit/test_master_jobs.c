@@ -372,6 +372,35 @@ Test(jobs, a_running_job_resumes_after_restart)
 	cr_assert_eq(mst_job_cancel(m, 999, &em), -ENOENT);
 }
 
+/* A job taken while the master stops (after mst_begin_stop, when store
+ * requests are being abandoned) must not run into those failures: it is
+ * kept as running, untouched, for the next start. */
+Test(jobs, a_job_taken_while_the_master_stops_waits_for_the_next_start)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	reopen_with_threads(60000);
+	mst_begin_stop(m);
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cis_sleep_ms(300); /* without workers, a job that ran would be done, every file failed */
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "running");
+	cr_assert_eq(count(j, "files_failed"), 0);
+	json_decref(j);
+	mst_close(m);
+	open_master();
+	j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "running", "the record was not kept for the next start");
+	json_decref(j);
+	cr_assert_eq(mst_jobs_resume(m), 0);
+	cr_assert_eq(mst_job_run(m, id), 0);
+	j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files"), 3);
+	json_decref(j);
+}
+
 Test(jobs, pin_larger_than_the_cache_is_refused)
 {
 	cis_errmsg em = {{0}};

@@ -472,6 +472,48 @@ Test(rpc, timeout_spares_calls_still_waiting)
 	cis_rpc_client_free(s.c);
 }
 
+struct silent_call {
+	cis_rpc_client *c;
+	int rc;
+	cis_errmsg em;
+};
+
+static void *call_silent(void *arg)
+{
+	struct silent_call *s = arg;
+	cis_rpc_result res;
+
+	s->rc = cis_rpc_call(s->c, T_NOREPLY, NULL, NULL, 0, &res, 10000, &s->em);
+	if (s->rc == 0)
+		cis_rpc_result_free(&res);
+	return NULL;
+}
+
+/* A stopping process closes its client: a call waiting on a server that
+ * never answers fails at once, not at its 10 s timeout, and so does every
+ * later call, without connecting again. */
+Test(rpc, close_ends_calls_in_flight_and_refuses_new_ones)
+{
+	struct silent_call s = {.c = client(false)};
+	cis_errmsg em = {{0}};
+	uint64_t t0;
+	pthread_t t;
+	int r;
+
+	cr_assert_eq(echo(s.c, 1, "a", &em), 0, "%s", em.text);
+	cr_assert_eq(pthread_create(&t, NULL, call_silent, &s), 0);
+	cis_sleep_ms(100); /* the call is sent and waits */
+	t0 = cis_mono_ms();
+	cis_rpc_client_close(s.c);
+	pthread_join(t, NULL);
+	cr_assert_lt(cis_mono_ms() - t0, 2000, "the waiting call outlived the close");
+	cr_assert(s.rc == -CIS_E_CLOSED || s.rc == -ECANCELED, "got %d %s", s.rc, s.em.text);
+	r = echo(s.c, 2, "after", &em);
+	cr_assert_eq(r, -ECANCELED, "a call after the close got %d %s", r, em.text);
+	cr_assert_not_null(strstr(em.text, "stopping"), "%s", em.text);
+	cis_rpc_client_free(s.c);
+}
+
 Test(rpc, server_restart_client_reconnects)
 {
 	cis_rpc_client *c = client(false);

@@ -132,6 +132,10 @@ void cis_rpc_client_free(cis_rpc_client *c);
  * (the next call connects again): for a server known to be gone, whose
  * callers would otherwise wait out their timeouts. */
 void cis_rpc_client_abort(cis_rpc_client *c);
+/* For a process that is stopping: fail every call in flight, and every
+ * call from now on, at once (-ECANCELED; calls in flight may see
+ * -CIS_E_CLOSED), and never connect again. */
+void cis_rpc_client_close(cis_rpc_client *c);
 
 /* Send a request and wait for its (single-frame) reply. timeout_ms 0 means
  * the client's default. An error reply returns its code (em gets its

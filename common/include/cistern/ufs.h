@@ -108,4 +108,12 @@ int cis_ufs_write_buf(cis_ufs *u, const char *path, const void *data, size_t siz
  * cannot tell, and returns 0). */
 int cis_ufs_delete(cis_ufs *u, const char *path, cis_errmsg *em);
 
+/* For a process that is stopping: every store request of every handle,
+ * in flight (S3: within about a second, at curl's next progress call) or
+ * made from now on, fails with -ECANCELED, so that a store that stopped
+ * answering does not hold the stop up for its timeouts. A system call
+ * already blocked in a file:// store is not interrupted. For good: there
+ * is no undoing it. */
+void cis_ufs_cancel_all(void);
+
 #endif

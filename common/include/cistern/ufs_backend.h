@@ -30,4 +30,7 @@ extern const cis_ufs_ops cis_ufs_posix_ops;
  * components, no NUL, at most 1024 bytes. 0 or -EINVAL. */
 int cis_ufs_check_path(const char *path);
 
+/* Whether cis_ufs_cancel_all was called: a backend's long waits end then. */
+bool cis_ufs_cancelled(void);
+
 #endif
