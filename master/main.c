@@ -30,7 +30,7 @@ static const cis_opt opts[] = {
     {"heartbeat-interval", "DURATION", "1s", "worker heartbeat interval", false, 0},
     {"worker-timeout", "DURATION", "10s", "a silent worker is lost after this", false, 0},
     {"repl-interval", "DURATION", "30s", "replication manager's full scan period", false, 0},
-    {"list-ahead", "N", "8", "threads listing new subdirectories before clients ask (0: off)",
+    {"list-ahead", "N", "16", "threads listing new subdirectories before clients ask (0: off)",
      false, 0},
     {"list-max-entries", "N", "10000000",
      "entries one directory's listing may hold (it is held whole while merged)", false, 0},
