@@ -430,21 +430,24 @@ Test(rpc, timeout_then_next_call_works)
 	cis_rpc_client_free(c);
 }
 
-struct slow_call {
+/* A call of type on c, made on a thread of its own. */
+struct bg_call {
 	cis_rpc_client *c;
+	uint16_t type;
+	int timeout_ms;
 	int rc;
 	uint64_t nonce;
 	cis_errmsg em;
 };
 
-static void *call_slow(void *arg)
+static void *call_in_background(void *arg)
 {
-	struct slow_call *s = arg;
+	struct bg_call *s = arg;
 	Cis__Ping p = CIS__PING__INIT;
 	cis_rpc_result res;
 
 	p.nonce = 40;
-	s->rc = cis_rpc_call(s->c, T_SLOW, &p.base, NULL, 0, &res, 5000, &s->em);
+	s->rc = cis_rpc_call(s->c, s->type, &p.base, NULL, 0, &res, s->timeout_ms, &s->em);
 	if (s->rc == 0) {
 		s->nonce = nonce_of(&res.hdr, res.msg);
 		cis_rpc_result_free(&res);
@@ -457,13 +460,13 @@ static void *call_slow(void *arg)
  * request, not dead). */
 Test(rpc, timeout_spares_calls_still_waiting)
 {
-	struct slow_call s = {.c = client(true)};
+	struct bg_call s = {.c = client(true), .type = T_SLOW, .timeout_ms = 5000};
 	cis_errmsg em = {{0}};
 	cis_rpc_result res;
 	pthread_t t;
 
 	cr_assert_eq(echo(s.c, 1, "a", &em), 0, "%s", em.text);
-	cr_assert_eq(pthread_create(&t, NULL, call_slow, &s), 0);
+	cr_assert_eq(pthread_create(&t, NULL, call_in_background, &s), 0);
 	cis_sleep_ms(50); /* the slow call is sent first */
 	cr_assert_eq(cis_rpc_call(s.c, T_NOREPLY, NULL, NULL, 0, &res, 200, &em), -ETIMEDOUT);
 	pthread_join(t, NULL);
@@ -472,36 +475,19 @@ Test(rpc, timeout_spares_calls_still_waiting)
 	cis_rpc_client_free(s.c);
 }
 
-struct silent_call {
-	cis_rpc_client *c;
-	int rc;
-	cis_errmsg em;
-};
-
-static void *call_silent(void *arg)
-{
-	struct silent_call *s = arg;
-	cis_rpc_result res;
-
-	s->rc = cis_rpc_call(s->c, T_NOREPLY, NULL, NULL, 0, &res, 10000, &s->em);
-	if (s->rc == 0)
-		cis_rpc_result_free(&res);
-	return NULL;
-}
-
 /* A stopping process closes its client: a call waiting on a server that
  * never answers fails at once, not at its 10 s timeout, and so does every
  * later call, without connecting again. */
 Test(rpc, close_ends_calls_in_flight_and_refuses_new_ones)
 {
-	struct silent_call s = {.c = client(false)};
+	struct bg_call s = {.c = client(false), .type = T_NOREPLY, .timeout_ms = 10000};
 	cis_errmsg em = {{0}};
 	uint64_t t0;
 	pthread_t t;
 	int r;
 
 	cr_assert_eq(echo(s.c, 1, "a", &em), 0, "%s", em.text);
-	cr_assert_eq(pthread_create(&t, NULL, call_silent, &s), 0);
+	cr_assert_eq(pthread_create(&t, NULL, call_in_background, &s), 0);
 	cis_sleep_ms(100); /* the call is sent and waits */
 	t0 = cis_mono_ms();
 	cis_rpc_client_close(s.c);

@@ -17,6 +17,7 @@
 #include "cistern/error.h"
 #include "cistern/kv.h"
 #include "cistern/ufs.h"
+#include "s3_at_port.h"
 
 static int lfd = -1;
 static uint16_t port;
@@ -103,17 +104,7 @@ static int sink_fn(void *arg, const void *data, size_t len)
 /* s3://bkt on the fake store. */
 static cis_ufs *open_fake_store(cis_errmsg *em)
 {
-	cis_kvlist o = CIS_KVLIST_INIT;
-	char ep[64];
-	cis_ufs *u;
-
-	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", port);
-	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "access_key", "AK"), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
-	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, em), 0, "%s", em->text);
-	cis_kvlist_free(&o);
-	return u;
+	return s3_at_port(port, em);
 }
 
 /* The fake store answering every request with this listing. */

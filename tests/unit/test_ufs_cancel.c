@@ -17,6 +17,7 @@
 #include "cistern/kv.h"
 #include "cistern/time.h"
 #include "cistern/ufs.h"
+#include "s3_at_port.h"
 
 /* A store that takes connections (the kernel's backlog) and never reads or
  * answers them. */
@@ -36,18 +37,9 @@ static int silent_store(uint16_t *port)
 
 static cis_ufs *open_s3(uint16_t port)
 {
-	cis_kvlist o = CIS_KVLIST_INIT;
 	cis_errmsg em = {{0}};
-	char ep[64];
-	cis_ufs *u;
 
-	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", port);
-	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "access_key", "AK"), 0);
-	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
-	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, &em), 0, "%s", em.text);
-	cis_kvlist_free(&o);
-	return u;
+	return s3_at_port(port, &em);
 }
 
 struct waiting_read {
