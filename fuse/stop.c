@@ -4,27 +4,19 @@
  * store that stopped answering waits out its timeout (30 s, a minute):
  * long enough for a supervisor to give up and SIGKILL the client. So each
  * of those signals also wakes a watcher thread (through a pipe: the one
- * thing a signal handler may do). Requests answered normally get a second
- * to finish; then the watcher makes every wait still going end at once:
- * the master and worker clients fail their calls, the store's requests are
- * abandoned. Those requests fail (the kernel is about to lose the mount
+ * thing a signal handler may do), which makes every wait end at once: the
+ * master and worker clients fail their calls, the store's requests are
+ * abandoned. The requests then fail (the kernel is about to lose the mount
  * anyway) and the loop ends. */
 #include "client.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdint.h>
 #include <unistd.h>
 
 #include "cistern/log.h"
-#include "cistern/time.h"
 #include "cistern/ufs.h"
-
-/* How long requests being served may take to finish after a stop signal
- * before the ones still waiting are made to give up. */
-#define FCL_STOP_GRACE_MS 1000
 
 static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 #define NSTOP (sizeof(stop_signals) / sizeof(stop_signals[0]))
@@ -48,58 +40,20 @@ static void on_stop_signal(int sig)
 	errno = saved;
 }
 
-/* Wait for the pipe until the monotonic time until (UINT64_MAX: no
- * limit): 1 for a byte (a signal), 0 when the pipe was closed
- * (fcl_stop_unwatch: *closed set) or the time is up. */
-static int pipe_byte(uint64_t until, bool *closed)
-{
-	struct pollfd p = {.fd = stop_pipe[0], .events = POLLIN};
-
-	for (;;) {
-		uint64_t now = cis_mono_ms();
-		int wait = until == UINT64_MAX ? -1 : now >= until ? 0 : (int)(until - now);
-		int ready = poll(&p, 1, wait);
-		ssize_t n;
-		char b;
-
-		if (ready == 0)
-			return 0;
-		if (ready < 0) {
-			if (errno == EINTR)
-				continue;
-			return 0;
-		}
-		n = read(stop_pipe[0], &b, 1);
-		if (n == 1)
-			return 1;
-		if (n == 0) {
-			*closed = true;
-			return 0;
-		}
-		if (errno != EINTR)
-			return 0;
-	}
-}
-
 static void *watch_main(void *arg)
 {
 	fcl *c = arg;
-	bool closed = false;
-	uint64_t grace_end;
+	ssize_t n;
+	char b;
 
-	if (!pipe_byte(UINT64_MAX, &closed))
-		return NULL; /* unwatched without a signal */
-	/* Requests that are answered normally get a moment to finish: the loop
-	 * may end, and fcl_stop_unwatch close the pipe, before it is over. */
-	grace_end = cis_mono_ms() + FCL_STOP_GRACE_MS;
-	while (pipe_byte(grace_end, &closed))
-		; /* a repeated signal */
-	if (closed)
-		return NULL;
-	cis_info("stopping: requests in flight give up their waits", NULL);
-	cis_ufs_cancel_all();
-	cis_rpc_client_close(c->master);
-	fcl_remote_close(c->remote);
+	while ((n = read(stop_pipe[0], &b, 1)) < 0 && errno == EINTR)
+		;
+	if (n == 1) { /* a signal; 0 is fcl_stop_unwatch closing the pipe */
+		cis_info("stopping: requests in flight give up their waits", NULL);
+		cis_ufs_cancel_all();
+		cis_rpc_client_close(c->master);
+		fcl_remote_close(c->remote);
+	}
 	return NULL;
 }
 
