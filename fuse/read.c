@@ -108,6 +108,12 @@ static int store_read(fcl *c, fcl_file *f, uint64_t foff, size_t len, fcl_seg *s
 out_fail:
 	if (rc == -CIS_E_CHANGED)
 		return changed(f, foff, em);
+	if (rc == -ECANCELED) { /* the client is stopping (stop.c): the store did not fail */
+		cis_info("read abandoned: the client is stopping",
+		         "ino=%llu key=\"%s\" offset=%llu", (unsigned long long)f->ino, f->key,
+		         (unsigned long long)foff);
+		return -EIO;
+	}
 	cis_counter_inc(c->stats.store_errors);
 	cis_log(CIS_LOG_ERROR, "read failed: the store failed and no worker could serve it",
 	        "ino=%llu key=\"%s\" offset=%llu len=%zu err=\"%s\"", (unsigned long long)f->ino,

@@ -1043,7 +1043,7 @@ static void fill_complete(wrk_fx *fx, fetch *f, int rc, cis_errmsg *em)
 		local = true;
 		wrk_bs_dir_error(w->bs, f->dir, rc, "write");
 		cis_fail(em, rc, "cache write: %s", cis_strerror(rc));
-	} else if (rc < 0) {
+	} else if (rc < 0 && rc != -ECANCELED) { /* ECANCELED: abandoned at a stop */
 		cis_counter_inc(w->m.store_errors);
 		cis_block_id_fmt(f->ref.id, hex);
 		cis_log_limited(CIS_LOG_WARN, "worker:fetch", 10, "block fetch failed",
