@@ -288,6 +288,13 @@ out=$(AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_
 api=$(jq -r .api "$HANGSTATE/local.json")
 whttp=$(jq -r .worker_http_port "$HANGSTATE/local.json")
 ls -R "$MNT" >/dev/null || fail "listing the s3:// mount failed"
+# A load under way (ranged GETs slowed to a trickle) when the store hangs.
+curl -fsS -X POST "http://127.0.0.1:$S3_FRONT_PORT/__front/pace?bps=20000" >/dev/null ||
+	fail "cannot slow the store"
+cis_on_exit "curl -s -m 5 -X POST 'http://127.0.0.1:$S3_FRONT_PORT/__front/pace?bps=0' >/dev/null"
+job=$("$CISTERN" --api "$api" load / --detach) || fail "load: $job"
+job_state() { "$CISTERN" --api "$api" job "$job" --json | jq -r .state; }
+job_ended() { [ "$(job_state)" != running ]; }
 kill -STOP "$S3_FRONT_PID"
 cis_on_exit "kill -CONT $S3_FRONT_PID 2>/dev/null"
 cat "$MNT/a/b/big.bin" >/dev/null 2>&1 &
@@ -301,10 +308,13 @@ in_flight() {
 wait_for 20 in_flight || fail "no fetch waits on the hanging store"
 sleep 1
 kill -0 "$syncer" 2>/dev/null || fail "cistern sync did not wait on the hanging store"
+assert_eq "$(job_state)" running "the load with the store hanging"
 t0=$(date +%s%N)
 out=$("$CISTERN" local --stop "$MNT" --state-dir "$HANGSTATE" 2>&1) || fail "--stop failed: $out"
 took_ms=$((($(date +%s%N) - t0) / 1000000))
 kill -CONT "$S3_FRONT_PID"
+curl -fsS -X POST "http://127.0.0.1:$S3_FRONT_PORT/__front/pace?bps=0" >/dev/null ||
+	fail "cannot give the store its pace back"
 log "stop with the store hanging: $took_ms ms"
 [ "$took_ms" -lt 8000 ] || fail "the stop took $took_ms ms with the store hanging"
 if grep -q "killed" "$HANGSTATE/logs/local.log"; then
@@ -314,6 +324,19 @@ assert_contains "$(cat "$HANGSTATE/logs/fuse.log")" "requests in flight give up"
 assert_stopped "$HANGSTATE" "stop with the store hanging"
 wait "$reader" && fail "a read of a block never fetched succeeded after the stop"
 wait "$syncer" && fail "cistern sync succeeded with the store hanging"
+# The load cut short by the stop failed nothing: the next start runs it.
+out=$(AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
+	"$CISTERN" local "s3://$CIS_S3_BUCKET/ds" "$MNT" --state-dir "$HANGSTATE" --timeout 60 \
+	--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true \
+	--option "region=$CIS_S3_REGION" 2>&1) || fail "restart after the hang: $out"
+api=$(jq -r .api "$HANGSTATE/local.json")
+wait_for 60 job_ended || fail "the load stopped with the store hanging did not end after a restart"
+out=$("$CISTERN" --api "$api" job "$job" --json)
+assert_eq "$(jq -r .state <<<"$out")" done "the resumed load's state"
+assert_eq "$(jq -r .counts.files_failed <<<"$out")" 0 "the resumed load's failures: $out"
+cmp -s "$S3SRC/a/b/big.bin" "$MNT/a/b/big.bin" || fail "big.bin differs after the resumed load"
+"$CISTERN" local --stop "$MNT" --state-dir "$HANGSTATE" >/dev/null || fail "second stop failed"
+assert_stopped "$HANGSTATE" "stop after the resumed load"
 
 # --- failures --------------------------------------------------------------
 log "a FUSE option cistern-fuse does not know"
