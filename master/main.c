@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 	/* Requests waiting on a store that stopped answering would hold the
 	 * stop up for the store's timeouts (a minute): abandon them, once the
 	 * jobs keep nothing more of what fails now. */
-	mst_begin_stop(m);
+	mst_jobs_stop(m->jobs);
 	cis_ufs_cancel_all();
 	cis_rpc_server_stop(rpc);
 	mst_rpcpool_free(pool);

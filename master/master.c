@@ -83,11 +83,6 @@ out_free:
 	return err;
 }
 
-void mst_begin_stop(mst_master *m)
-{
-	mst_jobs_stop(m->jobs);
-}
-
 void mst_close(mst_master *m)
 {
 	if (!m)

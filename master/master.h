@@ -128,10 +128,6 @@ typedef struct mst_open_opts {
 
 /* master.c: open/close everything (LMDB, mounts, worker registry). */
 int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em);
-/* The first step of a stop, before anything in flight is cut short: running
- * jobs commit nothing more (their records stay "running", so the next start
- * resumes them), so an error of a request abandoned now is never kept. */
-void mst_begin_stop(mst_master *m);
 void mst_close(mst_master *m);
 
 /* store.c: LMDB access. Functions with txn take the caller's transaction. */
@@ -352,8 +348,12 @@ int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
 /* Resume the jobs LMDB says were running (call once the RPC server runs,
  * before the API takes new jobs). */
 int mst_jobs_resume(mst_master *m);
-/* Running jobs stop: they commit nothing more and their calls to workers
- * fail at once; their threads wind down (mst_jobs_free joins them). */
+/* Running jobs stop: they commit nothing more (their records stay
+ * "running", so the next start resumes them; so does a job submitted from
+ * now on) and their calls to workers fail at once; their threads wind
+ * down (mst_jobs_free joins them). The first step of a master's stop,
+ * before anything in flight is cut short, so that an error of a request
+ * abandoned then is never kept. */
 void mst_jobs_stop(mst_jobs *j);
 void mst_jobs_free(mst_jobs *j);
 int mst_job_submit(mst_master *m, const mst_job_req *r, uint64_t *id, cis_errmsg *em);

@@ -372,7 +372,7 @@ Test(jobs, a_running_job_resumes_after_restart)
 	cr_assert_eq(mst_job_cancel(m, 999, &em), -ENOENT);
 }
 
-/* A job taken while the master stops (after mst_begin_stop, when store
+/* A job taken while the master stops (after mst_jobs_stop, when store
  * requests are being abandoned) must not run into those failures: it is
  * kept as running, untouched, for the next start. */
 Test(jobs, a_job_taken_while_the_master_stops_waits_for_the_next_start)
@@ -381,7 +381,7 @@ Test(jobs, a_job_taken_while_the_master_stops_waits_for_the_next_start)
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t id;
 	reopen_with_threads(60000);
-	mst_begin_stop(m);
+	mst_jobs_stop(m->jobs);
 	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
 	cis_sleep_ms(300); /* without workers, a job that ran would be done, every file failed */
 	json_t *j = mst_job_json(m, id, 10);
