@@ -8,7 +8,9 @@
 #                         $BENCH_RESULTS/NAME-STORE.json
 # Knobs (environment): BENCH_REPEATS (3), BENCH_STORES ("plain shaped"),
 # BENCH_SYSTEMS, SHAPE_LATENCY_MS (20), SHAPE_CONN_MBPS (100),
-# SHAPE_TOTAL_MBPS (1000), BENCH_DATA (where generated datasets are kept),
+# SHAPE_TOTAL_MBPS (1000), BENCH_DATA (where generated datasets are kept,
+# with the caches: in the benchmark filesystem of bench/fs.sh when
+# BENCH_FS=journaled mounts one (BENCH_FS_GIB, BENCH_FS_IMG), else in the build dir),
 # BENCH_STORE_DIR (where s3rver keeps its objects: by default a fresh
 # directory in /dev/shm when it has BENCH_STORE_RAM_MIN_GIB (8) free, else
 # under CIS_TMP on the data's disk; see bench_store_up),
@@ -20,23 +22,30 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CIS_SRC=${CIS_SRC:-$(cd "$BENCH_DIR/.." && pwd)}
 CIS_BUILD=${CIS_BUILD:-$CIS_SRC/build}
 export CIS_SRC CIS_BUILD
+# shellcheck source=fs.sh
+source "$BENCH_DIR/fs.sh"
+BENCH_FS_DIR=$(bench_fs_up) || {
+	echo "bench: cannot mount the benchmark filesystem (bench/fs.sh)" >&2
+	exit 1
+}
+BENCH_DATA=${BENCH_DATA:-${BENCH_FS_DIR:-$CIS_BUILD}/bench-data}
+# The caches of the systems under test live under CIS_TMP (the rigs) and
+# BENCH_DATA (compare.py): both on the disk of the data, not a small tmpfs.
+mkdir -p "$BENCH_DATA"
+export TMPDIR=${TMPDIR:-$BENCH_DATA}
 # shellcheck source=../tests/integration/lib/common.sh
 source "$CIS_SRC/tests/integration/lib/common.sh"
 # shellcheck source=../tests/integration/lib/s3.sh
 source "$CIS_SRC/tests/integration/lib/s3.sh"
 
 BENCH_RESULTS=${BENCH_RESULTS:-$CIS_SRC/bench/results}
-BENCH_DATA=${BENCH_DATA:-$CIS_BUILD/bench-data}
 BENCH_REPEATS=${BENCH_REPEATS:-3}
 BENCH_STORES=${BENCH_STORES:-plain shaped}
 BENCH_SYSTEMS=${BENCH_SYSTEMS:-limit,local,copyfirst,s3fs,rclone,cistern}
 SHAPE_LATENCY_MS=${SHAPE_LATENCY_MS:-20}
 SHAPE_CONN_MBPS=${SHAPE_CONN_MBPS:-100}
 SHAPE_TOTAL_MBPS=${SHAPE_TOTAL_MBPS:-1000}
-mkdir -p "$BENCH_RESULTS" "$BENCH_DATA"
-# The caches of the systems under test live under CIS_TMP: put that on the
-# same disk as the data rather than a small tmpfs.
-export TMPDIR=${TMPDIR:-$BENCH_DATA}
+mkdir -p "$BENCH_RESULTS"
 
 # s3rver's objects live in memory when there is room: a remote store never
 # reads from the disk the systems under test cache on, and on one shared

@@ -31,6 +31,10 @@ fi
 
 mkdir -p "$results"
 notes="$results/notes.md"
+CIS_BUILD=${CIS_BUILD:-$top/build}
+# shellcheck source=fs.sh
+source "$bench/fs.sh"
+fs_why=$(bench_fs_why)
 if [ "${BENCH_KEEP:-0}" = 1 ] && [ -f "$notes" ]; then
 	# Only the stores this run measures: a plain-only re-run keeps the
 	# shaped results of an earlier one.
@@ -49,6 +53,9 @@ fi
 		echo "- **Quick mode** (BENCH_QUICK=1): datasets smaller than the full suite's; see each table's parameters."
 	fi
 	echo "- Shaped store: ${SHAPE_LATENCY_MS:-20} ms first-byte latency, ${SHAPE_CONN_MBPS:-100} MB/s per connection, ${SHAPE_TOTAL_MBPS:-1000} MB/s in all."
+	if [ -n "$fs_why" ]; then
+		echo "- Disk: $fs_why, which scans past recently freed inodes on every file create (bench/fs.sh), so the datasets and every system's cache were on a journaled ext4 of the suite's own: a sparse image on that disk, on a loop device with direct I/O."
+	fi
 } >>"$notes"
 
 # The report says s3rver's objects are in memory; a script whose store had
@@ -83,6 +90,7 @@ for n in "${names[@]}"; do
 	fi
 done
 echo "- Finished $(date -u '+%H:%M UTC'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)." >>"$notes"
+bench_fs_down || echo "run-all: cannot unmount $BENCH_FS_MNT" >&2
 
 # Benchmarks this machine cannot run (the GPU one needs a lent GPU machine)
 # keep their last result in bench/kept/; it is shown, marked, when this run
