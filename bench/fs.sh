@@ -38,7 +38,7 @@ bench_fs_up() {
 	[ -n "$(bench_fs_why)" ] || return 0
 	if ! mountpoint -q "$BENCH_FS_MNT"; then
 		[ "$(id -u)" = 0 ] || {
-			echo "bench: not root: cannot mount $BENCH_FS_MNT; set BENCH_FS=native" >&2
+			echo "bench: not root: cannot mount $BENCH_FS_MNT for BENCH_FS=journaled" >&2
 			return 1
 		}
 		mkdir -p "$BENCH_FS_MNT"
