@@ -10,7 +10,8 @@
 # BENCH_SYSTEMS, SHAPE_LATENCY_MS (20), SHAPE_CONN_MBPS (100),
 # SHAPE_TOTAL_MBPS (1000), BENCH_DATA (where generated datasets are kept,
 # with the caches: in the benchmark filesystem of bench/fs.sh when
-# BENCH_FS=journaled mounts one (BENCH_FS_GIB, BENCH_FS_IMG), else in the build dir),
+# BENCH_FS=journaled mounts one (BENCH_FS_GIB, BENCH_FS_IMG), else in the
+# build dir),
 # BENCH_STORE_DIR (where s3rver keeps its objects: by default a fresh
 # directory in /dev/shm when it has BENCH_STORE_RAM_MIN_GIB (8) free, else
 # under CIS_TMP on the data's disk; see bench_store_up),
