@@ -60,7 +60,22 @@ def sh(cmd):
         return ""
 
 
-def machine(src):
+def builds_measured(src, results):
+    """The Cistern commits the run measured, as bench/run-all.sh recorded them
+    in builds.txt (several when BENCH_KEEP=1 added to an earlier run); the
+    source tree's HEAD, so marked, for results no run-all.sh recorded."""
+    try:
+        with open(os.path.join(results, "builds.txt")) as f:
+            seen = [line.strip() for line in f if line.strip()]
+        if seen:
+            return ", ".join(seen)
+    except OSError:
+        pass
+    head = sh(f"git -C {src} rev-parse --short HEAD") or "unknown"
+    return f"{head} (HEAD when rendered; the run recorded no build)"
+
+
+def machine(src, results):
     cpu = sh("lscpu | sed -n 's/^Model name: *//p' | head -1") or platform.processor()
     mem = sh("free -g | awk '/^Mem:/ {print $2}'")
     disk = sh(f"df -h {src} | awk 'NR==2 {{print $1\" (\"$2\")\"}}'")
@@ -75,7 +90,7 @@ def machine(src):
         ("memory", f"{mem} GiB"),
         ("disk", disk),
         ("kernel", platform.release()),
-        ("Cistern", sh(f"git -C {src} rev-parse --short HEAD") or "unknown"),
+        ("Cistern", builds_measured(src, results)),
         ("s3rver", s3rver),
         ("s3fs", sh("s3fs --version 2>&1 | head -1 | sed 's/Amazon Simple Storage Service File System //'")),
         ("rclone", sh("rclone version 2>/dev/null | head -1")),
@@ -286,7 +301,7 @@ def main():
           "dropped; warm: the same mount again, page cache dropped again, so that warm "
           "measures each system's own cache. Copy-first's cold figure includes the download.",
           "", "## Machine", "", "| | |", "|---|---|"]
-    md += [f"| {k} | {v} |" for k, v in machine(src)]
+    md += [f"| {k} | {v} |" for k, v in machine(src, a.results)]
     md += ["", "## The store", "",
            "s3rver on loopback, its objects in memory (/dev/shm): a remote store never "
            "reads from the disk the systems under test cache on, and on one shared disk "

@@ -45,8 +45,13 @@ if [ "${BENCH_KEEP:-0}" = 1 ] && [ -f "$notes" ]; then
 		done
 	done
 else
-	rm -f "$results"/*.json "$results"/*.log "$notes"
+	rm -f "$results"/*.json "$results"/*.log "$notes" "$results/builds.txt"
 fi
+# The commit measured, for the report's machine table (rendering later, at
+# another HEAD, must not name that one).
+build=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$top" diff --quiet HEAD -- 2>/dev/null || build="$build with uncommitted changes"
+grep -qxF "$build" "$results/builds.txt" 2>/dev/null || echo "$build" >>"$results/builds.txt"
 {
 	echo "- Started $(date -u '+%Y-%m-%d %H:%M UTC') (${names[*]}); load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores."
 	if [ "${BENCH_QUICK:-0}" = 1 ]; then
