@@ -386,6 +386,9 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 		cis_counter_inc(fx->w->m.single_flight_joins);
 		if (prio == WRK_PRIO_HIGH) {
 			do_upgrade(fx, f);
+			/* Running: should its span fail, it goes back to the
+			 * high queue (requeue_alone), not behind the loads. */
+			f->prio = WRK_PRIO_HIGH;
 			f->read |= !(flags & WRK_FETCH_COLD); /* a replica reads nothing */
 		}
 		f->pin |= (flags & WRK_FETCH_PIN) != 0;
@@ -608,12 +611,13 @@ bool wrk_fx_ensure(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__WorkerIn
 	} else if (hit) {
 		bool ok = info.verified;
 
+		/* Pinned while held: released first, it could be evicted
+		 * before the pin and reported cached all the same. */
+		if (ok && (flags & WRK_FETCH_PIN))
+			wrk_bs_pin(fx->w->bs, ref->id, true);
 		wrk_bs_release(fx->w->bs, info.blk);
-		if (ok) {
-			if (flags & WRK_FETCH_PIN)
-				wrk_bs_pin(fx->w->bs, ref->id, true);
+		if (ok)
 			return true;
-		}
 		job *j = calloc(1, sizeof(*j));
 
 		if (!j || wrk_ref_copy(&j->ref, ref) < 0) {

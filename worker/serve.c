@@ -133,9 +133,14 @@ static void open_reply(open_ctx *c)
 	r.waited = c->waited;
 	rc = cis_rpc_reply_fd(c->conn, &c->hdr, &r.base, fd);
 	close(fd);
-	if (rc < 0)
+	if (rc < 0) {
 		wrk_lease_release(w->leases, lease_id, cis_rpc_conn_peer_uid(c->conn));
-	else
+		/* Nothing went out (no descriptor to spare, no memory): say so,
+		 * or the client waits out its timeout. */
+		if (rc != -CIS_E_CLOSED)
+			cis_rpc_reply_error(c->conn, &c->hdr, rc, "cannot pass the block file: %s",
+			                    cis_strerror(rc));
+	} else
 		cis_counter_add(w->m.served_local, info.len);
 }
 
@@ -330,7 +335,13 @@ static void load_finish(load_ctx *c)
 		r.job_id = c->job_id;
 		r.n_results = c->n;
 		r.results = c->ptrs;
-		cis_rpc_reply(c->conn, &c->hdr, &r.base, 0);
+		int rc = cis_rpc_reply(c->conn, &c->hdr, &r.base, 0);
+		/* A reply that cannot go out (over the frame limit: many blocks
+		 * with long error messages) still ends the request. */
+		if (rc < 0 && rc != -CIS_E_CLOSED)
+			cis_rpc_reply_error(c->conn, &c->hdr, rc,
+			                    "load: the reply for %zu blocks cannot be sent: %s",
+			                    c->n, cis_strerror(rc));
 	}
 	for (size_t i = 0; i < c->n; i++)
 		free(c->msgs[i]);

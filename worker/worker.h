@@ -14,8 +14,10 @@
  *   ref.c         block references: validation, lengths, proto conversion
  *
  * Lock order: fetch table lock, then blockstore lock, then the link's
- * report lock and the lease lock (leaves). No lock is held across a store
- * read or an RPC to the master. */
+ * report lock (a leaf). The lease lock comes before the blockstore lock (a
+ * renewal touches the block it keeps alive under it), so the blockstore
+ * never calls into the leases. No lock is held across a store read or an
+ * RPC to the master. */
 #ifndef CISTERN_WORKER_WORKER_H
 #define CISTERN_WORKER_WORKER_H
 
