@@ -65,6 +65,7 @@ typedef struct fcl_file {
 	uint64_t vhash;       /* of version; never 0 */
 	uint64_t answered;    /* ticket of the Open answer giving version (later is newer) */
 	bool page_cache;      /* reads go through the node's page cache (not direct) */
+	bool pt_counted;      /* counted among its node's opens (fcl_pt_open) */
 	pthread_mutex_t lock; /* guards ra */
 	fcl_ra ra;
 } fcl_file;
@@ -296,10 +297,12 @@ int fcl_pt_attach(fcl *c, struct fuse_session *se);
  * would pass on to the block file's own file system (EINVAL for reads it
  * does not align): such an open never starts passing through. *direct:
  * reads must still come to the daemon (the node passes through to another
- * version, or o_direct). Pair with fcl_pt_release (also when the reply
- * fails). */
+ * version, or o_direct). *counted: the open was counted among the node's
+ * (not when passthrough is off or the count ran out of memory); pair a
+ * counted one with fcl_pt_release (also when the reply fails), and only
+ * a counted one: another open's count would go. */
 int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool o_direct,
-                    bool *direct);
+                    bool *direct, bool *counted);
 void fcl_pt_release(fcl *c, uint64_t ino);
 /* The calling thread's next OPEN reply passes through to backing (0: the
  * mark is cleared). */

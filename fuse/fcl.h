@@ -205,8 +205,12 @@ bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uin
 /* True, with the node's version copied to now, when that is not version. */
 bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
                         char now[CIS_UFS_VERSION_MAX]);
-/* The node's version is unknown again (a read found the object changed). */
-void fcl_versions_forget(fcl_versions *v, uint64_t ino);
+/* A read found the object changed in the store: the next open keeps no
+ * pages, whatever version it names. The version stays, so handles still
+ * open on older ones keep failing their reads (fcl_versions_other):
+ * forgetting it would let them fill the node's cache with old bytes under
+ * the newer handles. */
+void fcl_versions_changed(fcl_versions *v, uint64_t ino);
 
 /* Slot of ino in a table of 1 << bits (Fibonacci hashing: consecutive
  * inode numbers spread over the table). */

@@ -580,8 +580,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ask_owner = !fcl_prefetch_local(c, f, 0, &bfd);
 	}
 	bool direct;
-	int32_t backing =
-	    fcl_pt_open(c, mino, f->vhash, f->size, bfd, (fi->flags & O_DIRECT) != 0, &direct);
+	int32_t backing = fcl_pt_open(c, mino, f->vhash, f->size, bfd, (fi->flags & O_DIRECT) != 0,
+	                              &direct, &f->pt_counted);
 	if (backing) {
 		fi->keep_cache = 0; /* the kernel refuses it with passthrough */
 		fi->direct_io = direct;
@@ -593,7 +593,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int failed = fuse_reply_open(req, fi);
 	fcl_pt_mark_reply(0);
 	if (failed) {
-		fcl_pt_release(c, mino);
+		if (f->pt_counted)
+			fcl_pt_release(c, mino);
 		fcl_file_unref(f);
 		if (ask_owner)
 			fcl_file_unref(f);
@@ -621,7 +622,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 {
 	fcl_meta_forget_attr(c->meta, f->ino);
-	fcl_versions_forget(c->versions, f->ino);
+	fcl_versions_changed(c->versions, f->ino);
 	(void)fcl_lru_put(c->changed, &f->ino, sizeof(f->ino), f->version, NULL, NULL);
 	cis_counter_inc(c->stats.stale_reads);
 	if (c->se)
@@ -713,8 +714,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fcl *c = req_fcl(req);
-	fcl_pt_release(c, to_master(c, ino));
-	fcl_file_unref((fcl_file *)(uintptr_t)fi->fh);
+	fcl_file *f = (fcl_file *)(uintptr_t)fi->fh;
+	if (f->pt_counted)
+		fcl_pt_release(c, to_master(c, ino));
+	fcl_file_unref(f);
 	fuse_reply_err(req, 0);
 }
 
@@ -1118,8 +1121,11 @@ int main(int argc, char **argv)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 
 	fcl_meta_src src = {lookup_counted, fcl_master_getattr, &c};
-	/* Versions only decide keep_cache: a forgotten one costs a page-cache
-	 * refill, so this map stays smaller than the name caches. */
+	/* Versions decide keep_cache, and which handles are on an older
+	 * version than the node's pages. The map stays smaller than the name
+	 * caches: a node pushed out by 65,536 files opened since its last
+	 * open or read reaching the daemon loses that guard until its next
+	 * open (docs/fuse.md). */
 	size_t versions_cap = o.meta_cache < 65536 ? o.meta_cache : 65536;
 	fit_fd_cache(&o);
 	if (fcl_inodes_new(&c.inodes) || fcl_workers_init(&c) || fcl_stats_init(&c) ||

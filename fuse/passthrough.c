@@ -190,7 +190,7 @@ static void decide(fcl_io *io, void *arg)
 }
 
 int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd, bool o_direct,
-                    bool *direct)
+                    bool *direct, bool *counted)
 {
 	struct stat st;
 	bool on = pt_on(c);
@@ -212,7 +212,8 @@ int32_t fcl_pt_open(fcl *c, uint64_t ino, uint64_t vhash, uint64_t size, int fd,
 	}
 	pt_open po = {.c = c, .vhash = vhash, .fd = whole ? fd : -1, .o_direct = o_direct};
 	*direct = false;
-	if (on && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0) {
+	*counted = on && fcl_inodes_with_io(c->inodes, ino, decide, &po) == 0;
+	if (*counted) {
 		*direct = po.direct;
 		if (po.backing && !po.direct)
 			cis_counter_inc(c->stats.passthrough_opens);

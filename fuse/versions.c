@@ -16,6 +16,7 @@
 
 typedef struct seen_version {
 	uint64_t answered;
+	bool changed; /* a read found it changed in the store: keep no pages */
 	char version[CIS_UFS_VERSION_MAX];
 } seen_version;
 
@@ -54,7 +55,7 @@ bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uin
 	snprintf(now.version, sizeof(now.version), "%s", version);
 	pthread_mutex_lock(&v->lock);
 	bool known = fcl_lru_get(v->map, &ino, sizeof(ino), &seen);
-	bool keep = version[0] && known && strcmp(seen.version, version) == 0;
+	bool keep = version[0] && known && !seen.changed && strcmp(seen.version, version) == 0;
 	if (!known || seen.answered <= answered)
 		(void)fcl_lru_put(v->map, &ino, sizeof(ino), &now, NULL, NULL);
 	pthread_mutex_unlock(&v->lock);
@@ -71,7 +72,13 @@ bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
 	return true;
 }
 
-void fcl_versions_forget(fcl_versions *v, uint64_t ino)
+void fcl_versions_changed(fcl_versions *v, uint64_t ino)
 {
-	(void)fcl_lru_remove(v->map, &ino, sizeof(ino), NULL);
+	seen_version seen;
+	pthread_mutex_lock(&v->lock);
+	if (fcl_lru_get(v->map, &ino, sizeof(ino), &seen)) {
+		seen.changed = true;
+		(void)fcl_lru_put(v->map, &ino, sizeof(ino), &seen, NULL, NULL);
+	}
+	pthread_mutex_unlock(&v->lock);
 }

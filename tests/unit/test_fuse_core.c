@@ -545,11 +545,17 @@ Test(fuse_versions, keep_cache_only_for_the_newest_answer)
 	/* Files without a version never keep pages. */
 	cr_assert_not(fcl_versions_opened(v, 10, "", 5));
 	cr_assert_not(fcl_versions_opened(v, 10, "", 6));
-	/* Forgotten: unknown again. */
-	fcl_versions_forget(v, 9);
-	cr_assert_not(fcl_versions_other(v, 9, "v1", now));
+	/* Found changed by a v2 read: v1 handles still read as older (a
+	 * forgotten version let them fill the cache with v1 bytes under the
+	 * v2 handles), and the next open keeps no pages, even of v2. */
+	fcl_versions_changed(v, 9);
+	cr_assert(fcl_versions_other(v, 9, "v1", now), "a v1 handle is still on an older version");
+	cr_assert_str_eq(now, "v2");
 	cr_assert_not(fcl_versions_opened(v, 9, "v2", 7));
 	cr_assert(fcl_versions_opened(v, 9, "v2", 8));
+	/* An unknown node found changed stays unknown. */
+	fcl_versions_changed(v, 11);
+	cr_assert_not(fcl_versions_other(v, 11, "v1", now));
 	fcl_versions_free(v);
 }
 
