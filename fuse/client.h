@@ -99,7 +99,6 @@ typedef struct fcl {
 	char hostname[256];
 	fcl_inodes *inodes;
 	fcl_meta *meta;
-	fcl_versions *versions;  /* the version each node's page cache holds */
 	fcl_lru *changed;        /* ino -> version a read found changed in the store */
 	struct fuse_session *se; /* set once mounted; for cache invalidations */
 	fcl_local *local;

@@ -99,11 +99,15 @@ size_t fcl_lru_count(fcl_lru *l);
  * kernel holds, not what was ever looked up. */
 typedef struct fcl_inodes fcl_inodes;
 
-/* A node's open files and how the kernel reads them (passthrough.c). */
+/* A node's open files and how the kernel reads them (passthrough.c), and
+ * the version its page cache holds (versions.c). */
 typedef struct fcl_io {
-	uint32_t opens;  /* opens answered and not yet released */
-	int32_t backing; /* the backing file they share; 0: none */
-	uint64_t vhash;  /* version of the object the backing file holds */
+	uint32_t opens;         /* opens answered and not yet released */
+	int32_t backing;        /* the backing file they share; 0: none */
+	uint64_t vhash;         /* version of the object the backing file holds */
+	uint64_t page_vhash;    /* the newest version an open got; 0: none known */
+	uint64_t page_answered; /* the ticket of that open's master answer */
+	bool page_changed;      /* a read found it changed in the store */
 } fcl_io;
 
 int fcl_inodes_new(fcl_inodes **out);
@@ -189,28 +193,27 @@ int fcl_meta_get_open(fcl_meta *m, uint64_t ino, fcl_open_info *oi);
 /* Entries in the open cache. */
 size_t fcl_meta_open_count(fcl_meta *m);
 
-/* ---- versions opened (versions.c) ---- */
+/* ---- versions the page cache holds (versions.c) ---- */
 
-/* The version of each file the node's page cache holds, as the newest
- * master answer (by its arrival's ticket, `answered`) an open got. Thread-safe,
- * bounded (an inode pushed out counts as unknown). */
-typedef struct fcl_versions fcl_versions;
+/* The version of each node's pages, as the newest master answer (by its
+ * arrival's ticket, `answered`) an open got, kept in the node's state. */
 
-int fcl_versions_new(size_t capacity, fcl_versions **out);
-void fcl_versions_free(fcl_versions *v);
-/* An open of version, from the master answer of ticket answered: true when
- * the kernel may keep the node's pages (they are of this version). Notes
- * the version unless a newer answer said another. */
-bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uint64_t answered);
-/* True, with the node's version copied to now, when that is not version. */
-bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
-                        char now[CIS_UFS_VERSION_MAX]);
+/* An open of the version hashed vhash (versioned: the object has a
+ * version; files without one never keep pages), from the master answer
+ * of ticket answered: true when the kernel may keep the node's pages (they
+ * are of this version). Notes the version unless a newer answer said
+ * another. */
+bool fcl_versions_opened(fcl_inodes *t, uint64_t ino, uint64_t vhash, bool versioned,
+                         uint64_t answered);
+/* The hash of the node's version when that is not vhash (a handle on an
+ * older one); 0 when it is, or none is known. */
+uint64_t fcl_versions_other(fcl_inodes *t, uint64_t ino, uint64_t vhash);
 /* A read found the object changed in the store: the next open keeps no
  * pages, whatever version it names. The version stays, so handles still
  * open on older ones keep failing their reads (fcl_versions_other):
  * forgetting it would let them fill the node's cache with old bytes under
  * the newer handles. */
-void fcl_versions_changed(fcl_versions *v, uint64_t ino);
+void fcl_versions_changed(fcl_inodes *t, uint64_t ino);
 
 /* Slot of ino in a table of 1 << bits (Fibonacci hashing: consecutive
  * inode numbers spread over the table). */

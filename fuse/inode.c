@@ -1,10 +1,11 @@
-/* Kernel lookup counts and open files, keyed by node id (= master inode
- * id). Open addressing with linear probing and backward-shift deletion, in
- * shards so concurrent lookups rarely share a lock. 32 bytes per node the
- * kernel holds or has open; a node the kernel forgets (and no longer has
- * open) costs nothing, and a shard shrinks when it falls below a quarter
- * full, so memory follows the kernel's working set (bounded by its own
- * inode cache), not the number of names ever seen. */
+/* Kernel lookup counts, open files and the version of each node's pages,
+ * keyed by node id (= master inode id). Open addressing with linear
+ * probing and backward-shift deletion, in shards so concurrent lookups
+ * rarely share a lock. 56 bytes per node the kernel holds or has open; a
+ * node the kernel forgets (and no longer has open) costs nothing, and a
+ * shard shrinks when it falls below a quarter full, so memory follows the
+ * kernel's working set (bounded by its own inode cache), not the number
+ * of names ever seen. */
 #include "fcl.h"
 
 #include <errno.h>

@@ -555,7 +555,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		cis_counter_inc(c->stats.open_cache_hits);
 	/* Keep the kernel's pages only while the version is the one they came
 	 * from; a version we do not remember (or a changed one) drops them. */
-	fi->keep_cache = fcl_versions_opened(c->versions, mino, f->version, f->answered);
+	fi->keep_cache =
+	    fcl_versions_opened(c->inodes, mino, f->vhash, f->version[0] != 0, f->answered);
 	if (!fi->keep_cache) {
 		/* The kernel may still hold the size of an older version (until
 		 * its attribute timeout) and would cut reads there. Dropping its
@@ -622,7 +623,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
 {
 	fcl_meta_forget_attr(c->meta, f->ino);
-	fcl_versions_changed(c->versions, f->ino);
+	fcl_versions_changed(c->inodes, f->ino);
 	(void)fcl_lru_put(c->changed, &f->ino, sizeof(f->ino), f->version, NULL, NULL);
 	cis_counter_inc(c->stats.stale_reads);
 	if (c->se)
@@ -637,14 +638,14 @@ static void forget_changed(fcl *c, fuse_ino_t ino, const fcl_file *f)
  * cache waits for the pages that read holds locked. */
 static bool newer_version_open(fcl *c, const fcl_file *f)
 {
-	char now[CIS_UFS_VERSION_MAX];
-	if (!f->page_cache || !fcl_versions_other(c->versions, f->ino, f->version, now))
+	uint64_t now;
+	if (!f->page_cache || !(now = fcl_versions_other(c->inodes, f->ino, f->vhash)))
 		return false;
 	cis_counter_inc(c->stats.stale_reads);
 	cis_log_limited(CIS_LOG_WARN, "older-version-read", 10,
 	                "read failed: a newer version of the file was opened since",
-	                "ino=%llu key=\"%s\" version=\"%s\" newer=\"%s\"",
-	                (unsigned long long)f->ino, f->key, f->version, now);
+	                "ino=%llu key=\"%s\" version=\"%s\" newer_vhash=%016llx",
+	                (unsigned long long)f->ino, f->key, f->version, (unsigned long long)now);
 	return true;
 }
 
@@ -1121,18 +1122,11 @@ int main(int argc, char **argv)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 
 	fcl_meta_src src = {lookup_counted, fcl_master_getattr, &c};
-	/* Versions decide keep_cache, and which handles are on an older
-	 * version than the node's pages. The map stays smaller than the name
-	 * caches: a node pushed out by 65,536 files opened since its last
-	 * open or read reaching the daemon loses that guard until its next
-	 * open (docs/fuse.md). */
-	size_t versions_cap = o.meta_cache < 65536 ? o.meta_cache : 65536;
 	fit_fd_cache(&o);
 	if (fcl_inodes_new(&c.inodes) || fcl_workers_init(&c) || fcl_stats_init(&c) ||
 	    fcl_meta_new(&src, (uint64_t)(o.entry_timeout * 1000),
 	                 (uint64_t)(o.attr_timeout * 1000), (uint64_t)(o.negative_timeout * 1000),
 	                 o.meta_cache, &c.meta) ||
-	    fcl_versions_new(versions_cap, &c.versions) ||
 	    fcl_lru_new(FCL_CHANGED_MAX, CIS_UFS_VERSION_MAX, &c.changed) ||
 	    fcl_local_new(o.fd_cache, &c.local) || fcl_remote_new(&c.remote) || fcl_da_new(&c.da) ||
 	    fcl_ra_shared_new(&c.ras))
@@ -1223,7 +1217,6 @@ int main(int argc, char **argv)
 	fcl_df_free(c.df);
 	cis_rpc_client_free(c.master);
 	fcl_meta_free(c.meta);
-	fcl_versions_free(c.versions);
 	fcl_lru_free(c.changed);
 	fcl_inodes_free(c.inodes);
 	fcl_mounts_free(&c);

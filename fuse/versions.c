@@ -3,82 +3,63 @@
  * An open keeps the kernel's pages (keep_cache) only while they are of the
  * version it opened, and a handle still open on an older version must not
  * read into a cache a newer open has dropped (its bytes would mix with the
- * newer ones). Each entry carries the order of the master answer it came
- * from: an answer that arrives after a newer one (an open that raced
- * another across a change in the store) neither replaces the newer
- * version nor lets the newer handle's reads fail as if theirs were old. */
+ * newer ones). Each node's version carries the order of the master answer
+ * it came from: an answer that arrives after a newer one (an open that
+ * raced another across a change in the store) neither replaces the newer
+ * version nor lets the newer handle's reads fail as if theirs were old.
+ *
+ * The version lives in the node's state (fcl_io, inode.c), which lasts as
+ * long as the kernel holds the node: as long as the node has pages, and
+ * always while a file of it is open. So no bound can push it out from
+ * under two open handles of different versions. */
 #include "fcl.h"
 
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+typedef struct opened_arg {
+	uint64_t vhash, answered;
+	bool versioned;
+	bool keep;
+} opened_arg;
 
-typedef struct seen_version {
-	uint64_t answered;
-	bool changed; /* a read found it changed in the store: keep no pages */
-	char version[CIS_UFS_VERSION_MAX];
-} seen_version;
-
-struct fcl_versions {
-	pthread_mutex_t lock; /* a look and the put it decides, as one */
-	fcl_lru *map;         /* ino -> seen_version */
-};
-
-int fcl_versions_new(size_t capacity, fcl_versions **out)
+static void do_opened(fcl_io *io, void *arg)
 {
-	fcl_versions *v = calloc(1, sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	int rc = fcl_lru_new(capacity, sizeof(seen_version), &v->map);
-	if (rc) {
-		free(v);
-		return rc;
+	opened_arg *a = arg;
+	bool known = io->page_vhash != 0;
+	a->keep = a->versioned && known && !io->page_changed && io->page_vhash == a->vhash;
+	if (!known || io->page_answered <= a->answered) {
+		io->page_vhash = a->vhash;
+		io->page_answered = a->answered;
+		io->page_changed = false;
 	}
-	pthread_mutex_init(&v->lock, NULL);
-	*out = v;
-	return 0;
 }
 
-void fcl_versions_free(fcl_versions *v)
+bool fcl_versions_opened(fcl_inodes *t, uint64_t ino, uint64_t vhash, bool versioned,
+                         uint64_t answered)
 {
-	if (!v)
-		return;
-	fcl_lru_free(v->map);
-	pthread_mutex_destroy(&v->lock);
-	free(v);
+	opened_arg a = {.vhash = vhash, .answered = answered, .versioned = versioned};
+	return fcl_inodes_with_io(t, ino, do_opened, &a) == 0 && a.keep;
 }
 
-bool fcl_versions_opened(fcl_versions *v, uint64_t ino, const char *version, uint64_t answered)
+static void do_version(fcl_io *io, void *arg)
 {
-	seen_version seen, now = {.answered = answered};
-	snprintf(now.version, sizeof(now.version), "%s", version);
-	pthread_mutex_lock(&v->lock);
-	bool known = fcl_lru_get(v->map, &ino, sizeof(ino), &seen);
-	bool keep = version[0] && known && !seen.changed && strcmp(seen.version, version) == 0;
-	if (!known || seen.answered <= answered)
-		(void)fcl_lru_put(v->map, &ino, sizeof(ino), &now, NULL, NULL);
-	pthread_mutex_unlock(&v->lock);
-	return keep;
+	*(uint64_t *)arg = io->page_vhash;
 }
 
-bool fcl_versions_other(fcl_versions *v, uint64_t ino, const char *version,
-                        char now[CIS_UFS_VERSION_MAX])
+uint64_t fcl_versions_other(fcl_inodes *t, uint64_t ino, uint64_t vhash)
 {
-	seen_version seen;
-	if (!fcl_lru_get(v->map, &ino, sizeof(ino), &seen) || strcmp(seen.version, version) == 0)
-		return false;
-	memcpy(now, seen.version, CIS_UFS_VERSION_MAX);
-	return true;
+	uint64_t now = 0;
+	if (fcl_inodes_with_io(t, ino, do_version, &now) != 0 || now == vhash)
+		return 0;
+	return now;
 }
 
-void fcl_versions_changed(fcl_versions *v, uint64_t ino)
+static void do_changed(fcl_io *io, void *arg)
 {
-	seen_version seen;
-	pthread_mutex_lock(&v->lock);
-	if (fcl_lru_get(v->map, &ino, sizeof(ino), &seen)) {
-		seen.changed = true;
-		(void)fcl_lru_put(v->map, &ino, sizeof(ino), &seen, NULL, NULL);
-	}
-	pthread_mutex_unlock(&v->lock);
+	(void)arg;
+	if (io->page_vhash)
+		io->page_changed = true;
+}
+
+void fcl_versions_changed(fcl_inodes *t, uint64_t ino)
+{
+	(void)fcl_inodes_with_io(t, ino, do_changed, NULL);
 }

@@ -527,36 +527,63 @@ Test(fuse_meta, an_answer_put_late_replaces_nothing_newer)
 
 Test(fuse_versions, keep_cache_only_for_the_newest_answer)
 {
-	fcl_versions *v;
-	char now[CIS_UFS_VERSION_MAX];
-	cr_assert_eq(fcl_versions_new(16, &v), 0);
-	cr_assert_not(fcl_versions_other(v, 9, "v1", now), "nothing known yet");
-	cr_assert_not(fcl_versions_opened(v, 9, "v1", 1), "first open: no pages to keep");
-	cr_assert(fcl_versions_opened(v, 9, "v1", 2));
-	cr_assert_not(fcl_versions_opened(v, 9, "v2", 4), "a new version drops the pages");
-	cr_assert(fcl_versions_other(v, 9, "v1", now), "a v1 handle is on an older version");
-	cr_assert_str_eq(now, "v2");
-	cr_assert_not(fcl_versions_other(v, 9, "v2", now));
+	fcl_inodes *t;
+	const uint64_t v1 = 0x1111, v2 = 0x2223; /* version hashes (never 0) */
+	cr_assert_eq(fcl_inodes_new(&t), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 9), 0); /* the kernel holds node 9 */
+	cr_assert_eq(fcl_versions_other(t, 9, v1), 0, "nothing known yet");
+	cr_assert_not(fcl_versions_opened(t, 9, v1, true, 1), "first open: no pages to keep");
+	cr_assert(fcl_versions_opened(t, 9, v1, true, 2));
+	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 4), "a new version drops the pages");
+	cr_assert_eq(fcl_versions_other(t, 9, v1), v2, "a v1 handle is on an older version");
+	cr_assert_eq(fcl_versions_other(t, 9, v2), 0);
 	/* An answer older than v2's, arriving late: it keeps no pages, and
 	 * the v2 handles read on (they used to fail as if on an old version). */
-	cr_assert_not(fcl_versions_opened(v, 9, "v1", 3));
-	cr_assert_not(fcl_versions_other(v, 9, "v2", now));
-	cr_assert(fcl_versions_other(v, 9, "v1", now));
-	/* Files without a version never keep pages. */
-	cr_assert_not(fcl_versions_opened(v, 10, "", 5));
-	cr_assert_not(fcl_versions_opened(v, 10, "", 6));
+	cr_assert_not(fcl_versions_opened(t, 9, v1, true, 3));
+	cr_assert_eq(fcl_versions_other(t, 9, v2), 0);
+	cr_assert_eq(fcl_versions_other(t, 9, v1), v2);
 	/* Found changed by a v2 read: v1 handles still read as older (a
 	 * forgotten version let them fill the cache with v1 bytes under the
 	 * v2 handles), and the next open keeps no pages, even of v2. */
-	fcl_versions_changed(v, 9);
-	cr_assert(fcl_versions_other(v, 9, "v1", now), "a v1 handle is still on an older version");
-	cr_assert_str_eq(now, "v2");
-	cr_assert_not(fcl_versions_opened(v, 9, "v2", 7));
-	cr_assert(fcl_versions_opened(v, 9, "v2", 8));
-	/* An unknown node found changed stays unknown. */
-	fcl_versions_changed(v, 11);
-	cr_assert_not(fcl_versions_other(v, 11, "v1", now));
-	fcl_versions_free(v);
+	fcl_versions_changed(t, 9);
+	cr_assert_eq(fcl_versions_other(t, 9, v1), v2, "a v1 handle is still on an older version");
+	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 7));
+	cr_assert(fcl_versions_opened(t, 9, v2, true, 8));
+	/* Files without a version never keep pages. */
+	cr_assert_eq(fcl_inodes_ref(t, 10), 0);
+	cr_assert_not(fcl_versions_opened(t, 10, 0x3335, false, 5));
+	cr_assert_not(fcl_versions_opened(t, 10, 0x3335, false, 6));
+	/* A node the kernel does not hold has no pages: nothing is kept for
+	 * it, and a change found for it is nothing to remember. */
+	cr_assert_not(fcl_versions_opened(t, 11, v1, true, 9));
+	cr_assert_not(fcl_versions_opened(t, 11, v1, true, 10));
+	fcl_versions_changed(t, 11);
+	cr_assert_eq(fcl_versions_other(t, 11, v2), 0);
+	cr_assert_eq(fcl_inodes_count(t), 2, "nodes 9 and 10 only");
+	fcl_inodes_free(t);
+}
+
+/* The version lives as long as the kernel holds the node, however many
+ * other files are opened meanwhile: a map bounded at 65,536 pushed it out,
+ * and a handle on the older version then read into the newer one's pages. */
+Test(fuse_versions, held_as_long_as_the_node)
+{
+	fcl_inodes *t;
+	const uint64_t v1 = 0x1111, v2 = 0x2223; /* version hashes (never 0) */
+	cr_assert_eq(fcl_inodes_new(&t), 0);
+	cr_assert_eq(fcl_inodes_ref(t, 5), 0);
+	cr_assert_not(fcl_versions_opened(t, 5, v1, true, 1));
+	cr_assert_not(fcl_versions_opened(t, 5, v2, true, 2));
+	for (uint64_t ino = 100; ino < 100 + 70000; ino++) {
+		cr_assert_eq(fcl_inodes_ref(t, ino), 0);
+		(void)fcl_versions_opened(t, ino, v1, true, 3);
+	}
+	cr_assert_eq(fcl_versions_other(t, 5, v1), v2);
+	/* Forgotten by the kernel, the node's pages are gone, and so is its
+	 * version. */
+	cr_assert(fcl_inodes_forget(t, 5, 1));
+	cr_assert_eq(fcl_versions_other(t, 5, v1), 0);
+	fcl_inodes_free(t);
 }
 
 /* The cache is bounded by the metadata capacity: the least recently used
