@@ -164,6 +164,12 @@ void fcl_meta_put(fcl_meta *m, uint64_t parent, const char *name, const fcl_attr
                   uint64_t ticket);
 void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket);
 void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino);
+/* Whether an answer later than ticket is cached for ino (expired or not;
+ * the source is not asked): 1 with its attributes in *out, -1 when it
+ * forgot the node (a read found it changed), 0 when none is. For a copy
+ * of attributes kept since ticket (a directory handle's listing), so it
+ * never hands the kernel older ones than the client gave it since. */
+int fcl_meta_newer_attr(fcl_meta *m, uint64_t ino, uint64_t ticket, fcl_attr *out);
 
 /* Open cache: what an Open reply says about a file that does not change
  * while its version does not, so an open(2) needs no master request while

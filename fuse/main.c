@@ -259,6 +259,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 typedef struct dent {
 	char *name;
 	fcl_attr a;
+	uint64_t ticket; /* of the listing page a came from (fcl_meta_ticket) */
 } dent;
 
 typedef struct fcl_dir {
@@ -337,6 +338,7 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, size_t max, cis_errmsg *e
 					break;
 				}
 				fcl_attr_from_inode(in, &e->a);
+				e->ticket = ticket;
 				fcl_meta_put(c->meta, dino, e->name, &e->a, ticket);
 				d->n++;
 			}
@@ -404,8 +406,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		const dent *e = &d->ents[i];
 		size_t sz;
 		if (plus) {
+			/* The listing was loaded at the handle's first read; a
+			 * later answer (a getattr since, an open of a grown
+			 * file) may have given the kernel newer attributes,
+			 * which these must not undo. */
 			struct fuse_entry_param ep;
-			fill_entry(c, &e->a, &ep);
+			fcl_attr a = e->a;
+			int newer = fcl_meta_newer_attr(c->meta, e->a.ino, e->ticket, &a);
+			fill_entry(c, &a, &ep);
+			if (newer < 0)
+				ep.attr_timeout = 0; /* forgotten: the kernel asks again */
 			sz = fuse_add_direntry_plus(req, buf + used, size - used, e->name, &ep,
 			                            (off_t)i + 1);
 			if (sz > size - used)

@@ -214,6 +214,21 @@ void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 	(void)put_attr(m, a, ticket);
 }
 
+int fcl_meta_newer_attr(fcl_meta *m, uint64_t ino, uint64_t ticket, fcl_attr *out)
+{
+	unsigned char k[KEY_MAX];
+	size_t klen = attr_key(k, ino);
+	cached c;
+	/* Expired or not: what matters is that the kernel may have been given
+	 * it after the caller's copy was taken. */
+	if (!fcl_lru_get(m->attrs, k, klen, &c) || c.ticket <= ticket)
+		return 0;
+	if (c.negative)
+		return -1;
+	*out = c.attr;
+	return 1;
+}
+
 void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 {
 	unsigned char k[KEY_MAX];

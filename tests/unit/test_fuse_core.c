@@ -309,6 +309,33 @@ static fcl_open_info open_info(const char *key, const char *version, uint64_t si
 	return oi;
 }
 
+/* A directory handle's listing is a copy taken at its first read: later
+ * pages must not hand the kernel older attributes than an answer since
+ * (a getattr of a grown file) gave it. */
+Test(fuse_meta, newer_attr_than_a_listing_copy)
+{
+	fake_src f = {0};
+	fcl_meta_src src = {fake_lookup, fake_getattr, &f};
+	fcl_meta *m;
+	cr_assert_eq(fcl_meta_new(&src, 60000, 60000, 60000, 16, &m), 0);
+	fcl_attr listed = {.ino = 7, .size = 100, .mode = 0644, .nlink = 1, .vhash = 3};
+	uint64_t page = fcl_meta_ticket(m);
+	fcl_meta_put(m, 1, "f", &listed, page);
+	fcl_attr a = listed;
+	cr_assert_eq(fcl_meta_newer_attr(m, 7, page, &a), 0, "the listing's own answer");
+	cr_assert_eq(fcl_meta_newer_attr(m, 8, page, &a), 0, "nothing cached");
+	fcl_attr grown = listed;
+	grown.size = 300;
+	grown.vhash = 5;
+	fcl_meta_put_attr(m, &grown, fcl_meta_ticket(m));
+	cr_assert_eq(fcl_meta_newer_attr(m, 7, page, &a), 1);
+	cr_assert_eq(a.size, 300, "the later answer's size");
+	fcl_meta_forget_attr(m, 7);
+	cr_assert_eq(fcl_meta_newer_attr(m, 7, page, &a), -1, "forgotten since the listing");
+	cr_assert_eq(atomic_load(&f.getattrs), 0, "the source is never asked");
+	fcl_meta_free(m);
+}
+
 Test(fuse_open_cache, hit_copies_and_expires_with_attrs)
 {
 	fake_src f = {0};
