@@ -837,8 +837,13 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		/* Owners that hold the block already answer was_cached without a
 		 * fetch: the worker's own index decides, not the master's, which
 		 * lags by a heartbeat (a block freed a moment ago is still in it). */
+		/* The owners' ids, not indices: place_again may reload
+		 * j->live (membership changed) in the middle of this loop. */
+		uint64_t owners[64];
+		for (size_t i = 0; i < no; i++)
+			owners[i] = j->live[order[i]];
 		for (size_t i = 0; i < no; i++) {
-			uint64_t w = j->live[order[i]];
+			uint64_t w = owners[i];
 			f->left++;
 			int rc = is_bad(j, w) ? place_again(j, m, &t, w) : pend_task(j, w, &t);
 			if (rc < 0)
@@ -919,6 +924,29 @@ static int verify_file(void *arg, const char *path, const mst_inode *ino)
 	return v->j->cancel ? 1 : 0;
 }
 
+/* A job resumed after a master restart: the workers re-register at their
+ * next heartbeat and report their blocks. Wait for that, or a load would
+ * find every block uncached and without an owner, and a free, pin or
+ * unpin would reach no worker and be recorded done all the same. */
+static void wait_for_workers(struct job *j)
+{
+	mst_master *m = j->js->m;
+	uint64_t hb = mst_workers_heartbeat_ms(m->workers);
+	uint64_t until = cis_mono_ms() + mst_workers_lost_ms(m->workers) + 2 * hb;
+	uint64_t settle = cis_mono_ms() + 2 * hb + 500;
+	uint64_t *live = NULL;
+	size_t nlive = 0;
+	while (!j->cancel && cis_mono_ms() < until) {
+		free(live);
+		live = NULL;
+		mst_workers_ids(m->workers, &live, &nlive);
+		if (nlive && cis_mono_ms() >= settle)
+			break;
+		cis_sleep_ms(200);
+	}
+	free(live);
+}
+
 static int run_load(struct job *j, cis_errmsg *em)
 {
 	mst_master *m = j->js->m;
@@ -927,25 +955,8 @@ static int run_load(struct job *j, cis_errmsg *em)
 	size_t started = 0;
 	if (!th)
 		return -ENOMEM;
-	if (j->resumed) {
-		/* After a master restart the workers re-register at their next
-		 * heartbeat and report their blocks: wait for that, or every block
-		 * would look uncached and without an owner. */
-		uint64_t hb = mst_workers_heartbeat_ms(m->workers);
-		uint64_t until = cis_mono_ms() + mst_workers_lost_ms(m->workers) + 2 * hb;
-		uint64_t settle = cis_mono_ms() + 2 * hb + 500;
-		uint64_t *live = NULL;
-		size_t nlive = 0;
-		while (!j->cancel && cis_mono_ms() < until) {
-			free(live);
-			live = NULL;
-			mst_workers_ids(m->workers, &live, &nlive);
-			if (nlive && cis_mono_ms() >= settle)
-				break;
-			cis_sleep_ms(200);
-		}
-		free(live);
-	}
+	if (j->resumed)
+		wait_for_workers(j);
 	for (; started < ns; started++)
 		if (pthread_create(&th[started], NULL, sender_main, j))
 			break;
@@ -1077,6 +1088,8 @@ static int run_bcast(struct job *j, cis_errmsg *em)
 	if (!b)
 		return -ENOMEM;
 	b->j = j;
+	if (j->resumed)
+		wait_for_workers(j);
 	int err = mst_workers_ids(j->js->m->workers, &b->live, &b->nlive);
 	/* a restart starts these over: they are idempotent */
 	j->c = (struct counts){0};

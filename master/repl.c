@@ -12,7 +12,9 @@
  * holder), over-replicated ones are freed on the worst-placed holders. It
  * stays idle for a grace period after the master starts and after
  * membership changes, while block reports rebuild the index, so it never
- * acts on a partial view. Cost of a pass: O(files under managed paths). */
+ * acts on a partial view; TTLs are not expired before that grace either
+ * (their frees would reach no worker). Cost of a pass: O(files under
+ * managed paths). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,7 +401,9 @@ static void *repl_main(void *arg)
 		if (r->stop)
 			break;
 		uint64_t now = cis_mono_ms();
-		if (now - last_ttl >= 1000) {
+		/* Not before the workers are back after a start: the frees of
+		 * TTLs that passed meanwhile would reach none of them. */
+		if (now - last_ttl >= 1000 && now - started >= grace) {
 			uint64_t n;
 			pthread_mutex_unlock(&r->lock);
 			mst_jobs_expire(m, cis_wall_ns(), &n);
