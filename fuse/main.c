@@ -66,8 +66,15 @@ static void fill_stat(const fcl *c, const fcl_attr *a, struct stat *st)
 	st->st_size = (off_t)a->size;
 	st->st_blksize = MAX_IO;
 	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
-	st->st_mtim.tv_sec = a->mtime_ns / 1000000000;
-	st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
+	/* Floored: a time before 1970 with a fraction of a second has a
+	 * negative remainder, which tv_nsec must not be. */
+	int64_t sec = a->mtime_ns / 1000000000, nsec = a->mtime_ns % 1000000000;
+	if (nsec < 0) {
+		sec--;
+		nsec += 1000000000;
+	}
+	st->st_mtim.tv_sec = sec;
+	st->st_mtim.tv_nsec = nsec;
 	st->st_atim = st->st_ctim = st->st_mtim;
 }
 

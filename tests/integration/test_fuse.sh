@@ -34,6 +34,9 @@ SRC="$CIS_TMP/src"
 log "making the 2,000-file tree"
 $TREE make "$SRC" 2000 64
 assert_eq "$(find "$SRC" -type f | wc -l)" 2000 "files in the tree"
+# A time before 1970 with a fraction of a second (a negative remainder).
+echo old >"$SRC/old-mtime"
+touch -d "1969-12-31 23:59:58.25 UTC" "$SRC/old-mtime"
 "${CLI[@]}" mount /tree "file://$SRC" >/dev/null || fail "cistern mount /tree"
 
 MNT="$CIS_TMP/mnt"
@@ -45,6 +48,8 @@ wait_for 20 bash -c "[ \"\$(curl -sf http://127.0.0.1:$FHTTP/metrics | awk '\$1 
 # --- file:// through the short-circuit ------------------------------------
 log "file://: listing, checksums, preads, concurrent readers"
 [ "$(listing "$MNT/tree")" = "$(listing "$SRC")" ] || fail "file://: listing differs"
+assert_eq "$(TZ=UTC stat -c %y "$MNT/tree/old-mtime")" "$(TZ=UTC stat -c %y "$SRC/old-mtime")" \
+	"a modification time before 1970"
 want_sums=$(checksums "$SRC")
 [ "$(checksums "$MNT/tree")" = "$want_sums" ] || fail "file://: checksums differ"
 $TREE preads "$SRC" "$MNT/tree" 1000 1 >/dev/null || fail "file://: random preads differ"
