@@ -836,9 +836,9 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		}
 		/* Owners that hold the block already answer was_cached without a
 		 * fetch: the worker's own index decides, not the master's, which
-		 * lags by a heartbeat (a block freed a moment ago is still in it). */
-		/* The owners' ids, not indices: place_again may reload
-		 * j->live (membership changed) in the middle of this loop. */
+		 * lags by a heartbeat (a block freed a moment ago is still in it).
+		 * The owners' ids are taken first, not indices: place_again may
+		 * reload j->live (membership changed) in the middle of the loop. */
 		uint64_t owners[64];
 		for (size_t i = 0; i < no; i++)
 			owners[i] = j->live[order[i]];
