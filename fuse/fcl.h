@@ -201,10 +201,10 @@ size_t fcl_meta_open_count(fcl_meta *m);
 
 /* ---- versions the page cache holds (versions.c) ---- */
 
-/* The version of each node's pages, as the newest master answer (by its
- * arrival's ticket, `answered`) an open got, kept in the node's state. */
-
-/* An open of the version hashed vhash (versioned: the object has a
+/* The version of each node's pages is the newest master answer (by its
+ * arrival's ticket, `answered`) an open got, kept in the node's state.
+ *
+ * An open of the version hashed vhash (versioned: the object has a
  * version; files without one never keep pages), from the master answer
  * of ticket answered: true when the kernel may keep the node's pages (they
  * are of this version). Notes the version unless a newer answer said
