@@ -75,6 +75,24 @@ bool cis_block_id_eq(cis_block_id a, cis_block_id b)
 	return a.hi == b.hi && a.lo == b.lo;
 }
 
+void cis_block_id_to_bytes(cis_block_id id, uint8_t out[16])
+{
+	for (int i = 0; i < 8; i++) {
+		out[i] = (uint8_t)(id.hi >> (56 - 8 * i));
+		out[8 + i] = (uint8_t)(id.lo >> (56 - 8 * i));
+	}
+}
+
+cis_block_id cis_block_id_from_bytes(const uint8_t in[16])
+{
+	cis_block_id id = {0, 0};
+	for (int i = 0; i < 8; i++) {
+		id.hi = id.hi << 8 | in[i];
+		id.lo = id.lo << 8 | in[8 + i];
+	}
+	return id;
+}
+
 struct cis_checksum {
 	XXH3_state_t st;
 };

@@ -291,13 +291,7 @@ static size_t make_key(uint8_t *k, const Cis__BlockRef *ref, uint64_t worker_id)
 /* The block's id as the worker names its file (cis_block_id_fmt). */
 static void hex_id(const Cis__BlockRef *ref, char hex[CIS_BLOCK_ID_HEX])
 {
-	cis_block_id id = {0, 0};
-
-	for (size_t i = 0; i < 8; i++) {
-		id.hi = id.hi << 8 | ref->id.data[i];
-		id.lo = id.lo << 8 | ref->id.data[8 + i];
-	}
-	cis_block_id_fmt(id, hex);
+	cis_block_id_fmt(cis_block_id_from_bytes(ref->id.data), hex);
 }
 
 /* Remember the block file behind fd, just handed over by w: its path must

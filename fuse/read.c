@@ -19,10 +19,7 @@ void fcl_blockref(const fcl_file *f, uint64_t index, Cis__BlockRef *ref, uint8_t
                   cis_block_id *id)
 {
 	*id = cis_block_id_make(f->mount->id, f->key, f->version, f->block_size, index);
-	for (int i = 0; i < 8; i++) {
-		idbuf[i] = (uint8_t)(id->hi >> (56 - 8 * i));
-		idbuf[8 + i] = (uint8_t)(id->lo >> (56 - 8 * i));
-	}
+	cis_block_id_to_bytes(*id, idbuf);
 	cis__block_ref__init(ref);
 	ref->id.data = idbuf;
 	ref->id.len = 16;

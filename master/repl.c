@@ -233,10 +233,7 @@ struct scan {
 static void set_ref(Cis__BlockRef *b, uint8_t idb[16], cis_block_id id, const mst_inode *f,
                     uint64_t index, uint64_t bs)
 {
-	for (int i = 0; i < 8; i++) {
-		idb[i] = (uint8_t)(id.hi >> (56 - 8 * i));
-		idb[8 + i] = (uint8_t)(id.lo >> (56 - 8 * i));
-	}
+	cis_block_id_to_bytes(id, idb);
 	b->id.data = idb;
 	b->id.len = 16;
 	b->mount_id = f->mount_id;

@@ -203,13 +203,7 @@ static bool id_from_bytes(ProtobufCBinaryData b, cis_block_id *id)
 {
 	if (b.len != 16)
 		return false;
-	uint64_t hi = 0, lo = 0;
-	for (int i = 0; i < 8; i++) {
-		hi = hi << 8 | b.data[i];
-		lo = lo << 8 | b.data[8 + i];
-	}
-	id->hi = hi;
-	id->lo = lo;
+	*id = cis_block_id_from_bytes(b.data);
 	return true;
 }
 

@@ -211,7 +211,7 @@ static int idx_put(wrk_bs *bs, wrk_block *b)
 	memcpy(val + sizeof(rec), dir, dl);
 	v.mv_size = sizeof(rec) + dl;
 	v.mv_data = val;
-	wrk_id_to_bytes(b->id, key);
+	cis_block_id_to_bytes(b->id, key);
 	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
 	if (rc == 0) {
 		rc = mdb_put(txn, bs->dbi_blocks, &k, &v, 0);
@@ -341,7 +341,7 @@ static int write_moved(wrk_bs *bs, const atime_move *mv, size_t n, size_t *done)
 			break;
 		for (size_t i = *done; i < end && rc == 0; i++) {
 			MDB_val k = {16, key}, v;
-			wrk_id_to_bytes(mv[i].id, key);
+			cis_block_id_to_bytes(mv[i].id, key);
 			rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
 			if (rc == MDB_NOTFOUND || (rc == 0 && (v.mv_size < sizeof(struct bs_rec) ||
 			                                       v.mv_size > sizeof(val)))) {
@@ -405,7 +405,7 @@ static void idx_del(wrk_bs *bs, cis_block_id id)
 	MDB_val k = {16, key};
 	MDB_txn *txn;
 
-	wrk_id_to_bytes(id, key);
+	cis_block_id_to_bytes(id, key);
 	if (mdb_txn_begin(bs->env, NULL, 0, &txn) != 0)
 		return;
 	mdb_del(txn, bs->dbi_blocks, &k, NULL); /* MDB_NOTFOUND is fine */
@@ -429,7 +429,7 @@ static void do_keep_pin(wrk_bs *bs, cis_block_id id)
 	MDB_txn *txn;
 	int rc;
 
-	wrk_id_to_bytes(id, key);
+	cis_block_id_to_bytes(id, key);
 	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
 	if (rc == 0) {
 		rc = mdb_put(txn, bs->dbi_repin, &k, &v, MDB_NOOVERWRITE);
@@ -456,7 +456,7 @@ static bool do_take_pin(wrk_bs *bs, cis_block_id id)
 
 	if (bs->nrepin == 0)
 		return false;
-	wrk_id_to_bytes(id, key);
+	cis_block_id_to_bytes(id, key);
 	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
 	if (rc)
 		return false;
@@ -1250,7 +1250,7 @@ int wrk_bs_next(wrk_bs *bs, const cis_block_id *after, cis_block_id *out)
 		return -EIO;
 	}
 	if (after) {
-		wrk_id_to_bytes(*after, key);
+		cis_block_id_to_bytes(*after, key);
 		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 		if (rc == 0 && k.mv_size == 16 && memcmp(k.mv_data, key, 16) == 0)
 			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);

@@ -256,7 +256,7 @@ static int send_full_report(wrk_link *l, cis_errmsg *em)
 		size_t k = n - off < REPORT_PAGE ? n - off : REPORT_PAGE;
 
 		for (size_t i = 0; i < k; i++) {
-			wrk_id_to_bytes(ids[off + i], raw[i]);
+			cis_block_id_to_bytes(ids[off + i], raw[i]);
 			bin[i].data = raw[i];
 			bin[i].len = 16;
 		}
@@ -332,7 +332,7 @@ static int do_heartbeat(wrk_link *l, cis_errmsg *em)
 		}
 	}
 	for (size_t i = 0; i < nd; i++) {
-		wrk_id_to_bytes(ds[i].id, raw[i]);
+		cis_block_id_to_bytes(ds[i].id, raw[i]);
 		if (ds[i].added) {
 			add[na].data = raw[i];
 			add[na++].len = 16;

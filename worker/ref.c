@@ -7,23 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-void wrk_id_to_bytes(cis_block_id id, uint8_t out[16])
-{
-	for (int i = 0; i < 8; i++) {
-		out[i] = (uint8_t)(id.hi >> (56 - 8 * i));
-		out[8 + i] = (uint8_t)(id.lo >> (56 - 8 * i));
-	}
-}
-
 int wrk_id_from_bytes(const ProtobufCBinaryData *b, cis_block_id *out)
 {
 	if (!b || b->len != 16 || !b->data)
 		return -EINVAL;
-	out->hi = out->lo = 0;
-	for (int i = 0; i < 8; i++) {
-		out->hi = out->hi << 8 | b->data[i];
-		out->lo = out->lo << 8 | b->data[8 + i];
-	}
+	*out = cis_block_id_from_bytes(b->data);
 	return 0;
 }
 
@@ -99,7 +87,7 @@ void wrk_ref_free(wrk_ref *r)
 void wrk_ref_to_proto(const wrk_ref *r, Cis__BlockRef *p, uint8_t idbuf[16])
 {
 	cis__block_ref__init(p);
-	wrk_id_to_bytes(r->id, idbuf);
+	cis_block_id_to_bytes(r->id, idbuf);
 	p->id.data = idbuf;
 	p->id.len = 16;
 	p->mount_id = r->mount_id;

@@ -81,7 +81,6 @@ void wrk_ref_free(wrk_ref *r);
 uint64_t wrk_ref_len(const wrk_ref *r);
 /* Fill p from r; p borrows r's strings and idbuf. */
 void wrk_ref_to_proto(const wrk_ref *r, Cis__BlockRef *p, uint8_t idbuf[16]);
-void wrk_id_to_bytes(cis_block_id id, uint8_t out[16]);
 /* 0 or -EINVAL unless b is 16 bytes. */
 int wrk_id_from_bytes(const ProtobufCBinaryData *b, cis_block_id *out);
 

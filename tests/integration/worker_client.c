@@ -178,10 +178,7 @@ static void make_ref(const file_spec *f, uint64_t index, ref_buf *r)
 	cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, f->block_size, index);
 
 	cis__block_ref__init(&r->ref);
-	for (int i = 0; i < 8; i++) {
-		r->id[i] = (uint8_t)(id.hi >> (56 - 8 * i));
-		r->id[8 + i] = (uint8_t)(id.lo >> (56 - 8 * i));
-	}
+	cis_block_id_to_bytes(id, r->id);
 	r->ref.id.data = r->id;
 	r->ref.id.len = 16;
 	r->ref.mount_id = f->mount_id;

@@ -351,7 +351,7 @@ static bool stored(wrk_bs *bs, int i, struct bs_rec *rec)
 	uint8_t key[16];
 	MDB_val k = {16, key}, v;
 	MDB_txn *txn;
-	wrk_id_to_bytes(bid(i), key);
+	cis_block_id_to_bytes(bid(i), key);
 	cr_assert_eq(mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn), 0);
 	int rc = mdb_get(txn, bs->dbi_blocks, &k, &v);
 	if (rc == 0)

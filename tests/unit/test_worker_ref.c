@@ -11,7 +11,7 @@ static Cis__BlockRef good(uint64_t index, uint64_t bs, uint64_t fs)
 {
 	Cis__BlockRef p = CIS__BLOCK_REF__INIT;
 
-	wrk_id_to_bytes(cis_block_id_make(7, "a/b.bin", "12-34", bs, index), idb);
+	cis_block_id_to_bytes(cis_block_id_make(7, "a/b.bin", "12-34", bs, index), idb);
 	p.id.data = idb;
 	p.id.len = 16;
 	p.mount_id = 7;
@@ -43,7 +43,7 @@ Test(worker_ref, id_roundtrip)
 	uint8_t raw[16];
 	ProtobufCBinaryData bin = {16, raw};
 
-	wrk_id_to_bytes(a, raw);
+	cis_block_id_to_bytes(a, raw);
 	cr_assert_eq(raw[0], 1);
 	cr_assert_eq(raw[15], 0x18);
 	cr_assert_eq(wrk_id_from_bytes(&bin, &b), 0);

@@ -29,6 +29,9 @@ void cis_block_id_fmt(cis_block_id id, char *out);
 /* 0, or -EINVAL unless s is exactly 32 hex digits. */
 int cis_block_id_parse(const char *s, cis_block_id *out);
 bool cis_block_id_eq(cis_block_id a, cis_block_id b);
+/* The id's 16 bytes as messages carry it: hi, then lo, big-endian. */
+void cis_block_id_to_bytes(cis_block_id id, uint8_t out[16]);
+cis_block_id cis_block_id_from_bytes(const uint8_t in[16]);
 
 /* Streaming xxh3-64 checksum for block contents. */
 typedef struct cis_checksum cis_checksum;
