@@ -25,6 +25,7 @@
  * files in flight (at most INFLIGHT_FILES), never the whole file list. */
 #include <endian.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,12 +64,13 @@ struct frec {
 	struct frec *next;
 	char *path, *key, *version;
 	uint64_t ino, mount_id, size, bs;
-	bool dir;        /* a directory that failed to list: err, no tasks */
-	bool pin;        /* its blocks are pinned once loaded */
-	uint32_t left;   /* tasks not finished */
-	bool all_queued; /* every task of the file was made */
-	struct counts c; /* this file's own counts */
-	char *err;       /* first failure */
+	bool dir;            /* a directory that failed to list: err, no tasks */
+	bool pin;            /* its blocks are pinned once loaded */
+	uint64_t policy_gen; /* m->policy_gen when pin was read */
+	uint32_t left;       /* tasks not finished */
+	bool all_queued;     /* every task of the file was made */
+	struct counts c;     /* this file's own counts */
+	char *err;           /* first failure */
 };
 
 struct task {
@@ -100,6 +102,7 @@ struct job {
 	uint32_t replicas, parallel;
 	uint64_t bandwidth;
 	bool verify, metadata_only, pin;
+	bool keep_pinned; /* free: files pinned now keep their blocks */
 	int state;
 	char error[512];
 	int64_t created_ns, finished_ns;
@@ -114,6 +117,7 @@ struct job {
 	/* running state */
 	bool cancel, thread, resumed;
 	bool shutdown;         /* the master is stopping: keep the record as it is */
+	bool cancel_asked;     /* by the user: saved even while the master stops */
 	cis_rpc_cancel *calls; /* its calls to workers: fired on cancel and shutdown */
 	pthread_t th;
 	pthread_cond_t cond; /* queue, in-flight files */
@@ -134,12 +138,27 @@ struct job {
 	uint64_t saved_ms;
 };
 
+/* A finished load whose TTL has not been applied: what the expiry looks
+ * at each second, kept in memory (the records, failures and all, are
+ * read once). */
+struct ended {
+	uint64_t id;
+	char *path;
+	int64_t finished_ns;
+	int state;
+	int64_t due_ns; /* its TTL passes, by the policies at ended_gen; INT64_MAX: none */
+};
+
 struct mst_jobs {
 	mst_master *m;
-	pthread_mutex_t lock; /* guards every job's fields */
+	pthread_mutex_t lock; /* guards every job's fields, and the ended loads */
 	struct job *list;
 	bool background;
-	bool stopping; /* mst_jobs_stop: jobs commit nothing more */
+	bool stopping;       /* mst_jobs_stop: jobs commit nothing more */
+	struct ended *ended; /* finished loads not expired, once ended_read */
+	size_t nended, ended_cap;
+	bool ended_read;    /* taken from the records */
+	uint64_t ended_gen; /* m->policy_gen their due times were worked out at */
 };
 
 /* ---- records ---- */
@@ -189,6 +208,8 @@ static json_t *job_record(const struct job *j, size_t max_failures, bool live)
 		(void)cis_json_set_text(o, "cursor", j->cursor);
 	if (j->error[0])
 		json_object_set_new(o, "error", cis_json_text(j->error));
+	if (j->keep_pinned)
+		json_object_set_new(o, "keep_pinned", json_true());
 	json_t *f = json_array();
 	for (size_t i = 0; i < json_array_size(j->failures) && i < max_failures; i++)
 		json_array_append(f, json_array_get(j->failures, i));
@@ -231,6 +252,7 @@ static struct job *job_from_record(struct mst_jobs *js, json_t *o)
 	j->verify = json_is_true(json_object_get(o, "verify"));
 	j->metadata_only = json_is_true(json_object_get(o, "metadata_only"));
 	j->pin = json_is_true(json_object_get(o, "pin"));
+	j->keep_pinned = json_is_true(json_object_get(o, "keep_pinned"));
 	j->expired = json_is_true(json_object_get(o, "expired"));
 	j->created_ns = json_integer_value(json_object_get(o, "created_ns"));
 	j->finished_ns = json_integer_value(json_object_get(o, "finished_ns"));
@@ -295,7 +317,7 @@ static json_t *record_get(mst_master *m, uint64_t id)
 /* Save j's record. Caller holds js->lock. */
 static void job_save(struct job *j)
 {
-	if (j->shutdown)
+	if (j->shutdown && !j->cancel_asked)
 		return; /* the saved record must still say "running" */
 	json_t *rec = job_record(j, FAILURES_KEPT, false);
 	/* Cancelled, its thread still winding down: a master stopped now must
@@ -309,6 +331,25 @@ static void job_save(struct job *j)
 		         cis_strerror(err));
 	j->dirty = false;
 	j->saved_ms = cis_mono_ms();
+}
+
+/* Save j's record if it changed and the last save is a second old. Caller
+ * holds js->lock. */
+static void save_due(struct job *j)
+{
+	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
+		job_save(j);
+}
+
+/* j's thread could not start: it ends failed, and its record says so (a
+ * record left "running" would name a job nothing runs). Caller holds
+ * js->lock. */
+static void job_not_started(struct job *j)
+{
+	j->state = JOB_FAILED;
+	snprintf(j->error, sizeof(j->error), "cannot start the job thread");
+	j->finished_ns = cis_wall_ns();
+	job_save(j);
 }
 
 /* Caller holds js->lock. */
@@ -362,6 +403,7 @@ static void commit_head(struct job *j)
 		j->dirty = true;
 		pthread_cond_broadcast(&j->cond);
 	}
+	save_due(j); /* also when no one waits: a metadata-only load */
 }
 
 /* A task finished. Caller holds js->lock. */
@@ -550,6 +592,93 @@ static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t fa
 	return -EHOSTUNREACH;
 }
 
+/* ---- pins ---- */
+
+/* Whether path is pinned by the pin settings now (its nearest one), or
+ * fallback when they cannot be read. */
+static bool pinned_now(mst_master *m, const char *path, bool fallback)
+{
+	mst_policy pol;
+	return mst_policy_resolve(m, path, &pol) == 0 ? pol.pin == 1 : fallback;
+}
+
+/* Whether a file the job walks is to be pinned. A load goes by the
+ * settings now (one may change while it runs); a pin or unpin job by a
+ * setting nearer to the file than the job's path, else its own (its
+ * setting may not be stored yet when its walk starts). */
+static bool file_pinned(const struct job *j, const char *path)
+{
+	if (!strcmp(j->type, "load"))
+		return pinned_now(j->js->m, path, j->pin);
+	mst_policy pol;
+	if (mst_policy_resolve(j->js->m, path, &pol) == 0 && pol.pin >= 0 &&
+	    pol.pin_from > strlen(j->path))
+		return pol.pin == 1;
+	return !strcmp(j->type, "pin");
+}
+
+/* Pin (or unpin) n blocks of ids on worker wid; a failure is logged (the
+ * worker is gone or going: its copies with it). */
+static void send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, size_t n, bool pin)
+{
+	Cis__PinRequest rq = CIS__PIN_REQUEST__INIT;
+	cis_rpc_result res = {.fd = -1};
+	cis_errmsg em = {{0}};
+	rq.n_ids = n;
+	rq.ids = ids;
+	rq.pin = pin;
+	int err =
+	    mst_wcall_in(j->js->m, wid, j->calls, CIS_MSG_WORKER_PIN, &rq.base, &res, 60000, &em);
+	cis_rpc_result_free(&res);
+	if (err && err != -ECANCELED)
+		cis_warn("load: a pin change not passed on", "job=%llu worker=%llu blocks=%zu: %s",
+		         (unsigned long long)j->id, (unsigned long long)wid, n,
+		         cis_errmsg_or(&em, err));
+}
+
+/* A pin setting changed after some of b's files read theirs: their blocks
+ * the worker cached (or had) were pinned or not as the batch said, and a
+ * pin or unpin job's walk may have passed them before they were in. Set
+ * them as the settings say now, again while the settings keep changing.
+ * Before the tasks are done: their files' records live until then. */
+static void repin_answered(struct job *j, const struct batch *b, const Cis__LoadReply *rep)
+{
+	mst_master *m = j->js->m;
+	uint64_t gen = atomic_load(&m->policy_gen);
+	bool stale = false;
+	for (size_t i = 0; i < b->n && !stale; i++)
+		stale = b->t[i].f->policy_gen != gen;
+	bool sent[LOAD_BATCH];
+	for (size_t i = 0; i < b->n; i++)
+		sent[i] = b->pin;
+	while (stale && !j->cancel) {
+		ProtobufCBinaryData ids[2][LOAD_BATCH];
+		uint8_t raw[LOAD_BATCH][16];
+		size_t n[2] = {0, 0};
+		const struct frec *last = NULL;
+		bool want = false;
+		for (size_t i = 0; i < b->n; i++) {
+			const struct task *t = &b->t[i];
+			if (rep->results[i]->code < 0)
+				continue;
+			if (t->f != last) /* a file's blocks lie side by side */
+				want = pinned_now(m, t->f->path, sent[i]);
+			last = t->f;
+			if (want == sent[i])
+				continue;
+			cis_block_id_to_bytes(t->id, raw[i]);
+			ids[want][n[want]++] = (ProtobufCBinaryData){16, raw[i]};
+			sent[i] = want;
+		}
+		for (int pin = 0; pin < 2; pin++)
+			if (n[pin])
+				send_pins(j, b->wid, ids[pin], n[pin], pin);
+		uint64_t now = atomic_load(&m->policy_gen);
+		stale = now != gen;
+		gen = now;
+	}
+}
+
 /* ---- senders ---- */
 
 /* Wait on the job's condition for up to ms, saving the record when due.
@@ -557,8 +686,7 @@ static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t fa
 static void job_wait(struct job *j, uint64_t ms)
 {
 	cis_cond_wait_ms(&j->cond, &j->js->lock, ms);
-	if (j->dirty && cis_mono_ms() - j->saved_ms >= 1000)
-		job_save(j);
+	save_due(j);
 }
 
 /* The job's --bandwidth: one bucket its senders share. A sender waits
@@ -609,10 +737,7 @@ static void send_batch(struct job *j, struct batch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct task *t = &b->t[i];
 		cis__block_ref__init(&refs[i]);
-		for (int k = 0; k < 8; k++) {
-			ids[i][k] = (uint8_t)(t->id.hi >> (56 - 8 * k));
-			ids[i][8 + k] = (uint8_t)(t->id.lo >> (56 - 8 * k));
-		}
+		cis_block_id_to_bytes(t->id, ids[i]);
 		refs[i].id.data = ids[i];
 		refs[i].id.len = 16;
 		refs[i].mount_id = t->f->mount_id;
@@ -667,6 +792,7 @@ static void send_batch(struct job *j, struct batch *b)
 		flush_pending(j);
 		pthread_mutex_unlock(&j->js->lock);
 	} else {
+		repin_answered(j, b, rep);
 		/* Files whose object changed since the walk listed it: the
 		 * namespace takes the new version (after the lock: a store call). */
 		struct changed {
@@ -741,18 +867,6 @@ static void *sender_main(void *arg)
 
 /* ---- the producer ---- */
 
-/* Whether a file the job walks is to be pinned: a pin setting nearer to
- * it than the job's path decides, else the job's own (a pin job's setting
- * on its path may not be stored yet when its walk starts). */
-static bool file_pinned(const struct job *j, const char *path)
-{
-	mst_policy pol;
-	if (mst_policy_resolve(j->js->m, path, &pol) == 0 && pol.pin >= 0 &&
-	    pol.pin_from > strlen(j->path))
-		return pol.pin == 1;
-	return !strcmp(j->type, "load") ? j->pin : !strcmp(j->type, "pin");
-}
-
 static bool path_within(const char *dir, const char *p)
 {
 	size_t dl = strlen(dir);
@@ -803,6 +917,8 @@ static int load_file(void *arg, const char *path, const mst_inode *ino)
 		return -ENOMEM;
 	}
 	f->ino = ino->id;
+	f->policy_gen =
+	    atomic_load(&m->policy_gen); /* before the read: a change after it is seen */
 	f->pin = file_pinned(j, path);
 	f->mount_id = ino->mount_id;
 	f->size = ino->size;
@@ -1059,15 +1175,15 @@ static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 	struct bcast *b = arg;
 	struct job *j = b->j;
 	uint64_t bs = 0, nb = mst_file_blocks(j->js->m, ino, &bs);
-	/* pin and unpin leave alone a file that a nearer setting keeps as it is */
-	if (strcmp(j->type, "free") && file_pinned(j, path) != !strcmp(j->type, "pin"))
+	/* pin and unpin leave alone a file that a nearer setting keeps as it
+	 * is; a TTL's free, a file pinned now */
+	bool skip = !strcmp(j->type, "free") ? j->keep_pinned && pinned_now(j->js->m, path, true)
+	                                     : file_pinned(j, path) != !strcmp(j->type, "pin");
+	if (skip)
 		nb = 0;
 	for (uint64_t i = 0; i < nb; i++) {
 		cis_block_id id = cis_block_id_make(ino->mount_id, ino->key, ino->version, bs, i);
-		for (int k = 0; k < 8; k++) {
-			b->raw[b->n][k] = (uint8_t)(id.hi >> (56 - 8 * k));
-			b->raw[b->n][8 + k] = (uint8_t)(id.lo >> (56 - 8 * k));
-		}
+		cis_block_id_to_bytes(id, b->raw[b->n]);
 		b->ids[b->n].data = b->raw[b->n];
 		b->ids[b->n].len = 16;
 		if (++b->n == BCAST_BATCH)
@@ -1078,6 +1194,7 @@ static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 	j->files_seen++;
 	j->c.blocks += nb;
 	j->c.bytes += ino->size;
+	save_due(j);
 	pthread_mutex_unlock(&j->js->lock);
 	return j->cancel ? 1 : 0;
 }
@@ -1103,6 +1220,88 @@ static int run_bcast(struct job *j, cis_errmsg *em)
 	return err;
 }
 
+/* ---- finished loads, for their TTL ---- */
+
+/* When a load of path that finished at fin expires: INT64_MAX without a
+ * TTL. */
+static int64_t due_at(mst_master *m, const char *path, int64_t fin)
+{
+	mst_policy pol;
+	if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0)
+		return INT64_MAX;
+	return fin + pol.ttl_s * 1000000000LL;
+}
+
+/* Note a finished load. Caller holds js->lock. */
+static void ended_add(struct mst_jobs *js, uint64_t id, const char *path, int64_t fin, int state)
+{
+	if (js->nended == js->ended_cap) {
+		size_t cap = js->ended_cap ? 2 * js->ended_cap : 64;
+		struct ended *n = realloc(js->ended, cap * sizeof(*n));
+		if (!n)
+			goto oom;
+		js->ended = n;
+		js->ended_cap = cap;
+	}
+	char *p = strdup(path);
+	if (!p)
+		goto oom;
+	js->ended[js->nended++] = (struct ended){id, p, fin, state, due_at(js->m, p, fin)};
+	return;
+oom:
+	cis_warn("a load's TTL will not be applied", "load_job=%llu: out of memory",
+	         (unsigned long long)id);
+}
+
+/* A load expired: the expiry forgets it. Caller holds js->lock. */
+static void ended_drop(struct mst_jobs *js, uint64_t id)
+{
+	for (size_t i = 0; i < js->nended; i++)
+		if (js->ended[i].id == id) {
+			free(js->ended[i].path);
+			js->ended[i] = js->ended[--js->nended];
+			return;
+		}
+}
+
+/* The finished loads not expired, from the records: once, at the first
+ * expiry (later ones come from job_main). Caller holds js->lock. */
+static void ended_read(struct mst_jobs *js)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	if (mst_txn_begin(js->m, false, &txn))
+		return; /* tried again at the next expiry */
+	if (mdb_cursor_open(txn, js->m->dbi_jobs, &cur) == 0) {
+		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+			json_t *o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
+			const char *type = json_string_value(json_object_get(o, "type"));
+			const char *st = json_string_value(json_object_get(o, "state"));
+			int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
+			/* Finished any way: a cancelled or failed load brought
+			 * blocks in too, and they expire as a done one's do. */
+			char *path = type && !strcmp(type, "load") && st && strcmp(st, "running") &&
+			                     fin && !json_is_true(json_object_get(o, "expired"))
+			                 ? cis_json_get_text(o, "path") /* hex in the record */
+			                 : NULL;
+			int state = JOB_DONE;
+			for (int i = 0; path && i < 4; i++)
+				if (!strcmp(st, state_names[i]))
+					state = i;
+			if (path)
+				ended_add(js, json_integer_value(json_object_get(o, "id")), path,
+				          fin, state);
+			free(path);
+			json_decref(o);
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	js->ended_read = true;
+}
+
 static void *job_main(void *arg)
 {
 	struct job *j = arg;
@@ -1122,6 +1321,8 @@ static void *job_main(void *arg)
 		j->state = JOB_DONE;
 	j->finished_ns = cis_wall_ns();
 	job_save(j);
+	if (!strcmp(j->type, "load") && j->js->ended_read)
+		ended_add(j->js, j->id, j->path, j->finished_ns, j->state);
 	pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->js->lock);
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
@@ -1205,6 +1406,9 @@ void mst_jobs_free(mst_jobs *js)
 		js->list = j->next;
 		job_free(j);
 	}
+	for (size_t i = 0; i < js->nended; i++)
+		free(js->ended[i].path);
+	free(js->ended);
 	pthread_mutex_destroy(&js->lock);
 	free(js);
 }
@@ -1460,7 +1664,8 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 	j->bandwidth = r->bandwidth;
 	j->verify = r->verify;
 	j->metadata_only = r->metadata_only;
-	j->pin = r->pin || pol.pin == 1;
+	j->pin = pol.pin == 1;
+	j->keep_pinned = r->keep_pinned;
 	j->state = JOB_RUNNING;
 	j->created_ns = cis_wall_ns();
 	j->failures = json_array();
@@ -1476,6 +1681,7 @@ int mst_job_submit_locked(mst_master *m, const mst_job_req *r, uint64_t *id_out,
 		job_stop(j);
 	err = job_start(js, j);
 	if (err) {
+		job_not_started(j);
 		pthread_mutex_unlock(&js->lock);
 		job_free(j);
 		return cis_fail(em, err, "cannot start the job thread");
@@ -1534,7 +1740,10 @@ int mst_jobs_resume(mst_master *m)
 		j->bytes_seen = j->c.bytes;
 		j->resumed = true;
 		if (job_start(js, j)) {
+			job_not_started(j);
 			pthread_mutex_unlock(&js->lock);
+			cis_warn("job not resumed", "id=%llu: cannot start its thread",
+			         (unsigned long long)j->id);
 			job_free(j);
 			continue;
 		}
@@ -1630,10 +1839,13 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 				               (unsigned long long)id, state_names[j->state]);
 			} else {
 				j->cancel = true;
+				j->cancel_asked = true;
 				cis_rpc_cancel_fire(j->calls); /* batches out fail now */
 				pthread_cond_broadcast(&j->cond);
 				if (!j->thread)
 					j->state = JOB_CANCELLED;
+				if (j->shutdown) /* its thread ends without a word */
+					j->finished_ns = cis_wall_ns();
 				job_save(j); /* as cancelled, even while its thread winds down */
 				em->text[0] = 0;
 				err = 0;
@@ -1727,6 +1939,7 @@ static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, 
 			job_save(j);
 			marked = true;
 		}
+	ended_drop(js, id);
 	pthread_mutex_unlock(&js->lock);
 	if (!marked) {
 		json_object_set_new(o, "expired", json_true());
@@ -1742,7 +1955,7 @@ static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, 
 		         (unsigned long long)id);
 		return;
 	}
-	mst_job_req r = {.type = "free", .path = path};
+	mst_job_req r = {.type = "free", .path = path, .keep_pinned = true};
 	uint64_t fid;
 	cis_errmsg em = {{0}};
 	if (mst_job_submit(m, &r, &fid, &em) == 0) {
@@ -1752,27 +1965,55 @@ static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, 
 	}
 }
 
+/* A load as newer_load and expire_one read it. */
+static json_t *load_summary(uint64_t id, const char *path, int state, int64_t fin)
+{
+	json_t *o = json_pack("{s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "type", "load", "state",
+	                      state_names[state], "finished_ns", (json_int_t)fin);
+	if (o)
+		(void)cis_json_set_text(o, "path", path);
+	return o;
+}
+
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 {
-	json_t *all = mst_jobs_json(m);
+	struct mst_jobs *js = m->jobs;
+	json_t *all = json_array(), *due = json_array();
+	*started = 0;
+	pthread_mutex_lock(&js->lock);
+	uint64_t gen = atomic_load(&m->policy_gen); /* before the policies are read */
+	if (!js->ended_read)
+		ended_read(js);
+	else if (gen != js->ended_gen)
+		for (size_t i = 0; i < js->nended; i++)
+			js->ended[i].due_ns =
+			    due_at(m, js->ended[i].path, js->ended[i].finished_ns);
+	js->ended_gen = gen;
+	/* the loads whose blocks may be wanted still: running ones (not one
+	 * cancelled, winding down) and the ended ones */
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->state == JOB_RUNNING && !j->cancel && !strcmp(j->type, "load"))
+			json_array_append_new(all, load_summary(j->id, j->path, JOB_RUNNING, 0));
+	for (size_t i = 0; i < js->nended; i++) {
+		const struct ended *e = &js->ended[i];
+		json_t *o = load_summary(e->id, e->path, e->state, e->finished_ns);
+		if (o && e->due_ns <= now_ns)
+			json_array_append(due, o);
+		json_array_append_new(all, o);
+	}
+	pthread_mutex_unlock(&js->lock);
 	size_t i;
 	json_t *o;
-	*started = 0;
-	json_array_foreach(all, i, o)
+	json_array_foreach(due, i, o)
 	{
-		const char *type = json_string_value(json_object_get(o, "type"));
-		const char *st = json_string_value(json_object_get(o, "state"));
-		int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
-		/* Finished any way: a cancelled or failed load brought blocks in
-		 * too, and they expire as a done one's do. */
-		if (!type || strcmp(type, "load") || !st || !strcmp(st, "running") || !fin ||
-		    json_is_true(json_object_get(o, "expired")))
-			continue;
-		char *path = cis_json_get_text(o, "path"); /* any bytes: hex in the record */
+		char *path = cis_json_get_text(o, "path");
 		if (path)
-			expire_one(m, all, o, path, fin, now_ns, started);
+			expire_one(m, all, o, path,
+			           json_integer_value(json_object_get(o, "finished_ns")), now_ns,
+			           started);
 		free(path);
 	}
+	json_decref(due);
 	json_decref(all);
 	return 0;
 }

@@ -11,6 +11,7 @@
 #define CISTERN_MASTER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -89,6 +90,11 @@ typedef struct mst_master {
 	 * reads and keeps (pin, replicas), and an unmount's drop of the
 	 * policies below it. Taken after mount_op_lock, before mounts_lock. */
 	pthread_mutex_t policy_lock;
+	/* Bumped after each policy change is saved: a load that read a pin
+	 * setting before a batch went out checks it again once the batch is
+	 * answered, and the TTL expiry works out when loads are due again
+	 * (jobs.c). */
+	atomic_uint_fast64_t policy_gen;
 
 	uint64_t list_max; /* entries one directory's listing may hold */
 
@@ -341,8 +347,9 @@ typedef struct mst_job_req {
 	uint32_t replicas;  /* load: 0 means 1 */
 	uint32_t parallel;  /* batches in flight; 0: LOAD_PARALLEL (16) */
 	uint64_t bandwidth; /* bytes/s; 0: unlimited */
-	bool verify, metadata_only, pin;
+	bool verify, metadata_only;
 	bool pin_checked; /* pin: the caller ran mst_pin_check (policy_lock held since) */
+	bool keep_pinned; /* free: not the blocks of files the pin settings pin */
 } mst_job_req;
 int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
 /* Resume the jobs LMDB says were running (call once the RPC server runs,

@@ -192,6 +192,7 @@ int mst_policy_update(mst_master *m, const char *path, int64_t replicas, int pin
 	err = mst_txn_commit(txn);
 	if (err)
 		return cis_fail(em, err, "%s: saving the policy: %s", path, cis_strerror(err));
+	atomic_fetch_add(&m->policy_gen, 1);
 	return 0;
 }
 

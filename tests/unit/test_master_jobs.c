@@ -636,14 +636,112 @@ Test(jobs, ttl_of_an_older_load_spares_a_newer_one)
 	             (unsigned long long)started);
 }
 
-/* A worker that answers Pin and Load and counts the blocks it was asked to
- * pin, unpin, and load with and without pinning. */
+/* ---- a worker that answers Load ---- */
+
+/* Every block cached (lw_cached) or fetched in full, answered after
+ * lw_delay_ms on a thread of its own (lw_drain answers those at once).
+ * The first LW_KEPT batches' arrival times and block counts are kept:
+ * slots below lw_batches are written (one server thread writes them,
+ * before it counts the batch). */
+#define LW_KEPT 256
+static atomic_int lw_cached, lw_delay_ms, lw_release, lw_late;
+static atomic_uint lw_blocks, lw_batches;
+static uint64_t lw_batch_ms[LW_KEPT];
+static size_t lw_batch_blocks[LW_KEPT];
+
+struct lw_call {
+	cis_rpc_conn *conn;
+	cis_frame_hdr hdr;
+	Cis__LoadRequest *q;
+	uint64_t due_ms;
+};
+
+static void lw_answer(cis_rpc_conn *conn, const cis_frame_hdr *hdr, const Cis__LoadRequest *q)
+{
+	Cis__BlockResult *res = calloc(q->n_blocks, sizeof(*res));
+	Cis__BlockResult **rp = calloc(q->n_blocks, sizeof(*rp));
+	cr_assert(res && rp);
+	for (size_t i = 0; i < q->n_blocks; i++) {
+		const Cis__BlockRef *b = q->blocks[i];
+		uint64_t end = (b->index + 1) * b->block_size;
+		cis__block_result__init(&res[i]);
+		res[i].id = b->id;
+		res[i].length =
+		    (end > b->file_size ? b->file_size : end) - b->index * b->block_size;
+		res[i].was_cached = atomic_load(&lw_cached);
+		rp[i] = &res[i];
+	}
+	Cis__LoadReply r = CIS__LOAD_REPLY__INIT;
+	r.job_id = q->job_id;
+	r.n_results = q->n_blocks;
+	r.results = rp;
+	cis_rpc_reply(conn, hdr, &r.base, 0);
+	free(res);
+	free(rp);
+}
+
+static void *lw_late_main(void *arg)
+{
+	struct lw_call *l = arg;
+	while (cis_mono_ms() < l->due_ms && !atomic_load(&lw_release))
+		cis_sleep_ms(10);
+	lw_answer(l->conn, &l->hdr, l->q);
+	cis__load_request__free_unpacked(l->q, NULL);
+	cis_rpc_conn_unref(l->conn);
+	free(l);
+	atomic_fetch_sub(&lw_late, 1);
+	return NULL;
+}
+
+static void load_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
+                        struct evbuffer *data)
+{
+	(void)ctx;
+	(void)data;
+	if (hdr->type != CIS_MSG_WORKER_LOAD) {
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
+	cr_assert(q);
+	unsigned k = atomic_load(&lw_batches);
+	if (k < LW_KEPT) {
+		lw_batch_ms[k] = cis_mono_ms();
+		lw_batch_blocks[k] = q->n_blocks;
+	}
+	atomic_fetch_add(&lw_blocks, (unsigned)q->n_blocks);
+	atomic_fetch_add(&lw_batches, 1);
+	int delay = atomic_load(&lw_delay_ms);
+	if (!delay) {
+		lw_answer(conn, hdr, q);
+		cis__load_request__free_unpacked(q, NULL);
+		return;
+	}
+	struct lw_call *l = malloc(sizeof(*l));
+	cr_assert(l);
+	*l = (struct lw_call){conn, *hdr, q, cis_mono_ms() + (uint64_t)delay};
+	cis_rpc_conn_ref(conn);
+	atomic_fetch_add(&lw_late, 1);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, lw_late_main, l), 0);
+	pthread_detach(t);
+}
+
+/* Answer the delayed calls now and wait until they are. */
+static void lw_drain(void)
+{
+	atomic_store(&lw_release, 1);
+	while (atomic_load(&lw_late))
+		cis_sleep_ms(10);
+}
+
+/* A worker that answers Pin, Free and Load (as load_worker does) and
+ * counts the blocks it was asked to pin, unpin, free, and load with and
+ * without pinning. */
 static struct {
 	pthread_mutex_t lock;
-	unsigned pinned, unpinned, loaded_pinned, loaded_plain;
+	unsigned pinned, unpinned, freed, loaded_pinned, loaded_plain;
 } seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void lw_answer(cis_rpc_conn *conn, const cis_frame_hdr *hdr, const Cis__LoadRequest *q);
 
 static void recording_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
                              const uint8_t *msg, struct evbuffer *data)
@@ -662,14 +760,26 @@ static void recording_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr 
 		cis__pin_request__free_unpacked(q, NULL);
 		return;
 	}
+	if (hdr->type == CIS_MSG_WORKER_FREE) {
+		Cis__FreeRequest *q = cis__free_request__unpack(NULL, hdr->msg_len, msg);
+		cr_assert(q);
+		pthread_mutex_lock(&seen.lock);
+		seen.freed += (unsigned)q->n_ids;
+		pthread_mutex_unlock(&seen.lock);
+		Cis__FreeReply r = CIS__FREE_REPLY__INIT;
+		r.freed = (uint32_t)q->n_ids;
+		cis_rpc_reply(conn, hdr, &r.base, 0);
+		cis__free_request__free_unpacked(q, NULL);
+		return;
+	}
 	if (hdr->type == CIS_MSG_WORKER_LOAD) {
 		Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
 		cr_assert(q);
 		pthread_mutex_lock(&seen.lock);
 		*(q->pin ? &seen.loaded_pinned : &seen.loaded_plain) += (unsigned)q->n_blocks;
 		pthread_mutex_unlock(&seen.lock);
-		lw_answer(conn, hdr, q);
 		cis__load_request__free_unpacked(q, NULL);
+		load_worker(ctx, conn, hdr, msg, data);
 		return;
 	}
 	cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
@@ -717,6 +827,65 @@ Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
 	json_decref(j);
 	cr_assert_eq(seen.loaded_pinned, 1, "sub/c.bin is loaded pinned (%u)", seen.loaded_pinned);
 	cr_assert_eq(seen.loaded_plain, 2, "a.txt and b.txt are not (%u)", seen.loaded_plain);
+	cis_rpc_server_stop(srv);
+}
+
+/* The free a TTL starts leaves alone the files the pin settings pin (it
+ * used to free them with the rest). */
+Test(jobs, ttl_free_keeps_pinned_files)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server *srv = serve_worker(recording_worker);
+	pin_job("/m/sub", true);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t started;
+	(void)submit_and_run(&r);
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1);
+	json_t *all = mst_jobs_json(m);
+	json_t *last = json_array_get(all, json_array_size(all) - 1);
+	cr_assert_str_eq(str(last, "type"), "free");
+	uint64_t fid = (uint64_t)json_integer_value(json_object_get(last, "id"));
+	json_decref(all);
+	cr_assert_eq(mst_job_run(m, fid), 0);
+	cr_assert_eq(seen.freed, 2, "a.txt and b.txt freed, not the pinned sub/c.bin: %u",
+	             seen.freed);
+	cis_rpc_server_stop(srv);
+}
+
+static void *run_job(void *arg)
+{
+	cr_assert_eq(mst_job_run(m, (uint64_t)(uintptr_t)arg), 0);
+	return NULL;
+}
+
+/* A pin set while a load's batch is out: the pin job's walk finds the
+ * blocks not cached yet, and the batch went out unpinned; the load pins
+ * them once the worker has them. */
+Test(jobs, a_pin_set_while_a_load_runs_pins_what_it_loads)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server *srv = serve_worker(recording_worker);
+	atomic_store(&lw_delay_ms, 500);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t id;
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, run_job, (void *)(uintptr_t)id), 0);
+	for (int i = 0; i < 200 && !atomic_load(&lw_batches); i++)
+		cis_sleep_ms(10);
+	cr_assert(atomic_load(&lw_batches), "no batch reached the worker");
+	pin_job("/m", true);
+	unsigned by_pin_job = seen.pinned;
+	pthread_join(t, NULL);
+	cr_assert_eq(seen.loaded_plain, 3, "the batch went out before the pin");
+	cr_assert_eq(seen.pinned, by_pin_job + 3, "the load pinned %u blocks after its batch",
+	             seen.pinned - by_pin_job);
+	json_t *j = mst_job_json(m, id, 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 0);
+	json_decref(j);
 	cis_rpc_server_stop(srv);
 }
 
@@ -967,10 +1136,7 @@ static void beat(uint64_t id, const cis_block_id *bid)
 	cis_errmsg em = {{0}};
 	hq.worker_id = id;
 	if (bid) {
-		for (int i = 0; i < 8; i++) {
-			idb[i] = (uint8_t)(bid->hi >> (56 - 8 * i));
-			idb[8 + i] = (uint8_t)(bid->lo >> (56 - 8 * i));
-		}
+		cis_block_id_to_bytes(*bid, idb);
 		hq.n_added = 1;
 		hq.added = &added;
 	}
@@ -1050,105 +1216,6 @@ Test(jobs, bad_job_ids_in_a_query_are_refused)
 		          str(o, "error"));
 		json_decref(o);
 	}
-}
-
-/* ---- a worker that answers Load ---- */
-
-/* Every block cached (lw_cached) or fetched in full, answered after
- * lw_delay_ms on a thread of its own (lw_drain answers those at once).
- * The first LW_KEPT batches' arrival times and block counts are kept:
- * slots below lw_batches are written (one server thread writes them,
- * before it counts the batch). */
-#define LW_KEPT 256
-static atomic_int lw_cached, lw_delay_ms, lw_release, lw_late;
-static atomic_uint lw_blocks, lw_batches;
-static uint64_t lw_batch_ms[LW_KEPT];
-static size_t lw_batch_blocks[LW_KEPT];
-
-struct lw_call {
-	cis_rpc_conn *conn;
-	cis_frame_hdr hdr;
-	Cis__LoadRequest *q;
-	uint64_t due_ms;
-};
-
-static void lw_answer(cis_rpc_conn *conn, const cis_frame_hdr *hdr, const Cis__LoadRequest *q)
-{
-	Cis__BlockResult *res = calloc(q->n_blocks, sizeof(*res));
-	Cis__BlockResult **rp = calloc(q->n_blocks, sizeof(*rp));
-	cr_assert(res && rp);
-	for (size_t i = 0; i < q->n_blocks; i++) {
-		const Cis__BlockRef *b = q->blocks[i];
-		uint64_t end = (b->index + 1) * b->block_size;
-		cis__block_result__init(&res[i]);
-		res[i].id = b->id;
-		res[i].length =
-		    (end > b->file_size ? b->file_size : end) - b->index * b->block_size;
-		res[i].was_cached = atomic_load(&lw_cached);
-		rp[i] = &res[i];
-	}
-	Cis__LoadReply r = CIS__LOAD_REPLY__INIT;
-	r.job_id = q->job_id;
-	r.n_results = q->n_blocks;
-	r.results = rp;
-	cis_rpc_reply(conn, hdr, &r.base, 0);
-	free(res);
-	free(rp);
-}
-
-static void *lw_late_main(void *arg)
-{
-	struct lw_call *l = arg;
-	while (cis_mono_ms() < l->due_ms && !atomic_load(&lw_release))
-		cis_sleep_ms(10);
-	lw_answer(l->conn, &l->hdr, l->q);
-	cis__load_request__free_unpacked(l->q, NULL);
-	cis_rpc_conn_unref(l->conn);
-	free(l);
-	atomic_fetch_sub(&lw_late, 1);
-	return NULL;
-}
-
-static void load_worker(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, const uint8_t *msg,
-                        struct evbuffer *data)
-{
-	(void)ctx;
-	(void)data;
-	if (hdr->type != CIS_MSG_WORKER_LOAD) {
-		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
-		return;
-	}
-	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
-	cr_assert(q);
-	unsigned k = atomic_load(&lw_batches);
-	if (k < LW_KEPT) {
-		lw_batch_ms[k] = cis_mono_ms();
-		lw_batch_blocks[k] = q->n_blocks;
-	}
-	atomic_fetch_add(&lw_blocks, (unsigned)q->n_blocks);
-	atomic_fetch_add(&lw_batches, 1);
-	int delay = atomic_load(&lw_delay_ms);
-	if (!delay) {
-		lw_answer(conn, hdr, q);
-		cis__load_request__free_unpacked(q, NULL);
-		return;
-	}
-	struct lw_call *l = malloc(sizeof(*l));
-	cr_assert(l);
-	*l = (struct lw_call){conn, *hdr, q, cis_mono_ms() + (uint64_t)delay};
-	cis_rpc_conn_ref(conn);
-	atomic_fetch_add(&lw_late, 1);
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, lw_late_main, l), 0);
-	pthread_detach(t);
-}
-
-/* Answer the delayed calls now and wait until they are. */
-static void lw_drain(void)
-{
-	atomic_store(&lw_release, 1);
-	while (atomic_load(&lw_late))
-		cis_sleep_ms(10);
 }
 
 /* A file's first block, as the master names it. */
@@ -1326,6 +1393,22 @@ static void end_slow_load(cis_rpc_server *srv)
 	m = NULL;
 	cis_rpc_server_stop(srv);
 	open_master();
+}
+
+/* A cancel taken while the master stops is kept: the job is not resumed
+ * at the next start (the record used to stay "running"). */
+Test(jobs, a_cancel_while_the_master_stops_is_kept)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server *srv;
+	uint64_t id = start_slow_load(&srv);
+	mst_jobs_stop(m->jobs);
+	cr_assert_eq(mst_job_cancel(m, id, &em), 0, "%s", em.text);
+	end_slow_load(srv);
+	json_t *j = mst_job_json(m, id, 0);
+	cr_assert_str_eq(str(j, "state"), "cancelled");
+	cr_assert_gt(json_integer_value(json_object_get(j, "finished_ns")), 0);
+	json_decref(j);
 }
 
 /* Cancel does not wait for the batches out: they fail at once (the worker
