@@ -130,14 +130,12 @@ static size_t attr_key(unsigned char *k, uint64_t ino)
 	return 9;
 }
 
+/* An expired entry stays until a newer answer or the LRU replaces it:
+ * removing it here could remove one put meanwhile (a forget's tombstone
+ * among them, which keeps older answers out). */
 static bool cache_get(fcl_lru *l, const unsigned char *k, size_t klen, cached *c)
 {
-	if (!fcl_lru_get(l, k, klen, c))
-		return false;
-	if (c->expires_ns > cis_mono_ns())
-		return true;
-	fcl_lru_remove(l, k, klen, NULL);
-	return false;
+	return fcl_lru_get(l, k, klen, c) && c->expires_ns > cis_mono_ns();
 }
 
 uint64_t fcl_meta_ticket(fcl_meta *m)
@@ -196,22 +194,13 @@ static void open_update(fcl_meta *m, uint64_t ino, uint64_t vhash, bool drop_all
 	pthread_mutex_unlock(&m->olock);
 }
 
-/* False when the attributes cached came from a later request. */
-static bool put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
+void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, a->ino);
-	if (!cache_put(m->attrs, k, klen, m->attr_ns, false, a, ticket))
-		return false;
 	/* Another version: what its Open said no longer holds. */
-	if (!a->is_dir)
+	if (cache_put(m->attrs, k, klen, m->attr_ns, false, a, ticket) && !a->is_dir)
 		open_update(m, a->ino, a->vhash, false);
-	return true;
-}
-
-void fcl_meta_put_attr(fcl_meta *m, const fcl_attr *a, uint64_t ticket)
-{
-	(void)put_attr(m, a, ticket);
 }
 
 int fcl_meta_newer_attr(fcl_meta *m, uint64_t ino, uint64_t ticket, fcl_attr *out)
@@ -240,20 +229,24 @@ void fcl_meta_forget_attr(fcl_meta *m, uint64_t ino)
 
 void fcl_meta_put_open(fcl_meta *m, const fcl_attr *a, const fcl_open_info *oi)
 {
-	/* The attributes first (dropping open entries of other versions): an
-	 * answer older than the attributes cached puts no entry either. */
-	if (!put_attr(m, a, oi->answered) || m->attr_ns == 0)
+	if (m->attr_ns == 0)
 		return;
 	open_ent e = {.expires_ns = cis_mono_ns() + m->attr_ns, .vhash = a->vhash, .oi = *oi};
 	e.oi.key = strdup(oi->key ? oi->key : "");
 	if (!e.oi.key)
 		return; /* a cache: ENOMEM only costs a miss */
+	unsigned char k[KEY_MAX];
+	size_t klen = attr_key(k, a->ino);
 	open_ent old;
 	bool evicted = false;
+	/* The attributes and the entry together, under olock: a newer
+	 * answer's attributes put before refuse both, and put after, they
+	 * drop the entry (open_update waits for olock). An answer older than
+	 * the open entry cached says nothing new either. */
 	pthread_mutex_lock(&m->olock);
-	if (fcl_lru_get(m->opens, &a->ino, sizeof(a->ino), &old) &&
-	    old.oi.answered > oi->answered) {
-		/* An answer older than the one cached: it says nothing new. */
+	if ((fcl_lru_get(m->opens, &a->ino, sizeof(a->ino), &old) &&
+	     old.oi.answered > oi->answered) ||
+	    !cache_put(m->attrs, k, klen, m->attr_ns, false, a, oi->answered)) {
 		pthread_mutex_unlock(&m->olock);
 		free(e.oi.key);
 		return;
@@ -294,6 +287,24 @@ size_t fcl_meta_open_count(fcl_meta *m)
 	return fcl_lru_count(m->opens);
 }
 
+/* Put the source's answer (rc, *a) for key k, which arrived at ticket,
+ * before anyone can miss it again. *a becomes the newest attributes known
+ * for its inode: another thread's answer that arrived after this one may
+ * have been put first, and the kernel is not to be given older ones (a
+ * grown file's old size). */
+static void put_answer(fcl_meta *m, const unsigned char *k, size_t klen, uint64_t parent,
+                       const char *name, int rc, fcl_attr *a, uint64_t ticket)
+{
+	if (name && rc == 0)
+		fcl_meta_put(m, parent, name, a, ticket);
+	else if (name && rc == -ENOENT)
+		cache_put(m->entries, k, klen, m->neg_ns, true, NULL, ticket);
+	else if (!name && rc == 0)
+		fcl_meta_put_attr(m, a, ticket);
+	if (rc == 0)
+		(void)fcl_meta_newer_attr(m, a->ino, ticket, a);
+}
+
 /* The source request for one key, shared by every thread that asks while it
  * is under way. */
 static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64_t parent,
@@ -324,14 +335,7 @@ static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64
 			f->rc = m->src.lookup(m->src.ctx, parent, name, &f->attr, &f->em);
 		else
 			f->rc = m->src.getattr(m->src.ctx, ino, &f->attr, &f->em);
-		uint64_t ticket = fcl_meta_ticket(m); /* the answer's arrival */
-		/* Fill the caches before anyone can miss again. */
-		if (name && f->rc == 0)
-			fcl_meta_put(m, parent, name, &f->attr, ticket);
-		else if (name && f->rc == -ENOENT)
-			cache_put(m->entries, k, klen, m->neg_ns, true, NULL, ticket);
-		else if (!name && f->rc == 0)
-			fcl_meta_put_attr(m, &f->attr, ticket);
+		put_answer(m, k, klen, parent, name, f->rc, &f->attr, fcl_meta_ticket(m));
 
 		pthread_mutex_lock(&m->lock);
 		flight **pp = &m->flights;

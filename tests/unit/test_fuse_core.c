@@ -550,6 +550,46 @@ Test(fuse_meta, an_answer_put_late_replaces_nothing_newer)
 	fcl_meta_free(m);
 }
 
+/* A source's answer whose put lost to one that arrived after it (its
+ * thread was slow to put it) hands out the newer attributes, not its own:
+ * the threads waiting on it used to get the older size. */
+Test(fuse_meta, an_answer_put_late_hands_out_the_newer_attributes)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 60000);
+	unsigned char k[KEY_MAX];
+	uint64_t older = fcl_meta_ticket(m);
+	fcl_attr grown = {.ino = 7, .size = 99, .mode = 0644, .nlink = 1, .vhash = 2};
+	fcl_meta_put_attr(m, &grown, fcl_meta_ticket(m));
+	fcl_attr a = {.ino = 7, .size = 60, .mode = 0644, .nlink = 1, .vhash = 1};
+	put_answer(m, k, attr_key(k, 7), 0, NULL, 0, &a, older);
+	cr_assert_eq(a.size, 99, "getattr handed out the older answer");
+	a.size = 60;
+	put_answer(m, k, entry_key(k, 1, "f"), 1, "f", 0, &a, older);
+	cr_assert_eq(a.size, 99, "lookup handed out the older answer");
+	fcl_attr fresh = {.ino = 8, .size = 5, .mode = 0644, .nlink = 1, .vhash = 3};
+	put_answer(m, k, attr_key(k, 8), 0, NULL, 0, &fresh, fcl_meta_ticket(m));
+	cr_assert_eq(fresh.size, 5, "the newest answer is its own");
+	fcl_meta_free(m);
+}
+
+/* An expired entry is not removed by the read that finds it expired: the
+ * read could remove one put meanwhile, a forget's tombstone among them. */
+Test(fuse_meta, an_expired_entry_keeps_its_ticket)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 1);
+	fcl_attr b;
+	uint64_t older = fcl_meta_ticket(m);
+	fcl_meta_forget_attr(m, 7);
+	usleep(3000);
+	unsigned char k[KEY_MAX];
+	cached c;
+	cr_assert_not(cache_get(m->attrs, k, attr_key(k, 7), &c));
+	cr_assert_eq(fcl_meta_newer_attr(m, 7, older, &b), -1, "the tombstone went with the read");
+	fcl_meta_free(m);
+}
+
 /* ---- versions the page cache holds ---- */
 
 Test(fuse_versions, keep_cache_only_for_the_newest_answer)
