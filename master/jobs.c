@@ -151,13 +151,16 @@ struct ended {
 
 struct mst_jobs {
 	mst_master *m;
-	pthread_mutex_t lock; /* guards every job's fields, and the ended loads */
+	pthread_mutex_t lock; /* guards every job's fields */
 	struct job *list;
 	bool background;
-	bool stopping;       /* mst_jobs_stop: jobs commit nothing more */
-	struct ended *ended; /* finished loads not expired, once ended_read */
+	bool stopping; /* mst_jobs_stop: jobs commit nothing more */
+	/* The finished loads not expired: read from the records at open, then
+	 * added by job_main. Guarded by ended_lock, taken with no other lock
+	 * held, so a recount of their due times holds up no job. */
+	pthread_mutex_t ended_lock;
+	struct ended *ended;
 	size_t nended, ended_cap;
-	bool ended_read;    /* taken from the records */
 	uint64_t ended_gen; /* m->policy_gen their due times were worked out at */
 };
 
@@ -617,9 +620,10 @@ static bool file_pinned(const struct job *j, const char *path)
 	return !strcmp(j->type, "pin");
 }
 
-/* Pin (or unpin) n blocks of ids on worker wid; a failure is logged (the
- * worker is gone or going: its copies with it). */
-static void send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, size_t n, bool pin)
+/* Pin (or unpin) n blocks of ids on worker wid. Not among the job's
+ * calls: a cancel of the load does not undo what its loaded blocks need.
+ * A failure is logged (the worker is gone or going: its copies with it). */
+static int send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, size_t n, bool pin)
 {
 	Cis__PinRequest rq = CIS__PIN_REQUEST__INIT;
 	cis_rpc_result res = {.fd = -1};
@@ -627,20 +631,22 @@ static void send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, siz
 	rq.n_ids = n;
 	rq.ids = ids;
 	rq.pin = pin;
-	int err =
-	    mst_wcall_in(j->js->m, wid, j->calls, CIS_MSG_WORKER_PIN, &rq.base, &res, 60000, &em);
+	int err = mst_wcall_in(j->js->m, wid, NULL, CIS_MSG_WORKER_PIN, &rq.base, &res, 10000, &em);
 	cis_rpc_result_free(&res);
-	if (err && err != -ECANCELED)
+	if (err)
 		cis_warn("load: a pin change not passed on", "job=%llu worker=%llu blocks=%zu: %s",
 		         (unsigned long long)j->id, (unsigned long long)wid, n,
 		         cis_errmsg_or(&em, err));
+	return err;
 }
 
 /* A pin setting changed after some of b's files read theirs: their blocks
  * the worker cached (or had) were pinned or not as the batch said, and a
  * pin or unpin job's walk may have passed them before they were in. Set
- * them as the settings say now, again while the settings keep changing.
- * Before the tasks are done: their files' records live until then. */
+ * them as the settings say now, again while the settings keep changing
+ * (not once the master stops: the load resumed at the next start sends
+ * them again, but a worker's cached block keeps its pin then). Before the
+ * tasks are done: their files' records live until then. */
 static void repin_answered(struct job *j, const struct batch *b, const Cis__LoadReply *rep)
 {
 	mst_master *m = j->js->m;
@@ -651,10 +657,10 @@ static void repin_answered(struct job *j, const struct batch *b, const Cis__Load
 	bool sent[LOAD_BATCH];
 	for (size_t i = 0; i < b->n; i++)
 		sent[i] = b->pin;
-	while (stale && !j->cancel) {
+	while (stale && !j->shutdown) {
 		ProtobufCBinaryData ids[2][LOAD_BATCH];
 		uint8_t raw[LOAD_BATCH][16];
-		size_t n[2] = {0, 0};
+		size_t at[2][LOAD_BATCH], n[2] = {0, 0};
 		const struct frec *last = NULL;
 		bool want = false;
 		for (size_t i = 0; i < b->n; i++) {
@@ -667,12 +673,13 @@ static void repin_answered(struct job *j, const struct batch *b, const Cis__Load
 			if (want == sent[i])
 				continue;
 			cis_block_id_to_bytes(t->id, raw[i]);
+			at[want][n[want]] = i;
 			ids[want][n[want]++] = (ProtobufCBinaryData){16, raw[i]};
-			sent[i] = want;
 		}
 		for (int pin = 0; pin < 2; pin++)
-			if (n[pin])
-				send_pins(j, b->wid, ids[pin], n[pin], pin);
+			if (n[pin] && send_pins(j, b->wid, ids[pin], n[pin], pin) == 0)
+				for (size_t k = 0; k < n[pin]; k++)
+					sent[at[pin][k]] = pin;
 		uint64_t now = atomic_load(&m->policy_gen);
 		stale = now != gen;
 		gen = now;
@@ -1232,7 +1239,7 @@ static int64_t due_at(mst_master *m, const char *path, int64_t fin)
 	return fin + pol.ttl_s * 1000000000LL;
 }
 
-/* Note a finished load. Caller holds js->lock. */
+/* Note a finished load. Caller holds js->ended_lock. */
 static void ended_add(struct mst_jobs *js, uint64_t id, const char *path, int64_t fin, int state)
 {
 	if (js->nended == js->ended_cap) {
@@ -1253,7 +1260,7 @@ oom:
 	         (unsigned long long)id);
 }
 
-/* A load expired: the expiry forgets it. Caller holds js->lock. */
+/* A load expired: the expiry forgets it. Caller holds js->ended_lock. */
 static void ended_drop(struct mst_jobs *js, uint64_t id)
 {
 	for (size_t i = 0; i < js->nended; i++)
@@ -1264,16 +1271,19 @@ static void ended_drop(struct mst_jobs *js, uint64_t id)
 		}
 }
 
-/* The finished loads not expired, from the records: once, at the first
- * expiry (later ones come from job_main). Caller holds js->lock. */
-static void ended_read(struct mst_jobs *js)
+/* The finished loads not expired, from the records: at open, before any
+ * job runs (later ones come from job_main). Caller holds js->ended_lock. */
+static int ended_read(struct mst_jobs *js)
 {
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	MDB_val k, v;
-	if (mst_txn_begin(js->m, false, &txn))
-		return; /* tried again at the next expiry */
-	if (mdb_cursor_open(txn, js->m->dbi_jobs, &cur) == 0) {
+	js->ended_gen = atomic_load(&js->m->policy_gen);
+	int err = mst_txn_begin(js->m, false, &txn);
+	if (err)
+		return err;
+	err = mdb_cursor_open(txn, js->m->dbi_jobs, &cur) ? -CIS_E_INTERNAL : 0;
+	if (!err) {
 		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 		     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 			json_t *o = json_loadb(v.mv_data, v.mv_size, 0, NULL);
@@ -1299,7 +1309,7 @@ static void ended_read(struct mst_jobs *js)
 		mdb_cursor_close(cur);
 	}
 	mdb_txn_abort(txn);
-	js->ended_read = true;
+	return err;
 }
 
 static void *job_main(void *arg)
@@ -1308,9 +1318,9 @@ static void *job_main(void *arg)
 	cis_errmsg em = {{0}};
 	int err = !strcmp(j->type, "load") ? run_load(j, &em) : run_bcast(j, &em);
 	pthread_mutex_lock(&j->js->lock);
-	if (j->shutdown) {
+	if (j->shutdown && !j->cancel_asked) {
 		pthread_mutex_unlock(&j->js->lock);
-		return NULL;
+		return NULL; /* its record says running: the next start resumes it */
 	}
 	if (j->cancel)
 		j->state = JOB_CANCELLED;
@@ -1321,10 +1331,13 @@ static void *job_main(void *arg)
 		j->state = JOB_DONE;
 	j->finished_ns = cis_wall_ns();
 	job_save(j);
-	if (!strcmp(j->type, "load") && j->js->ended_read)
-		ended_add(j->js, j->id, j->path, j->finished_ns, j->state);
 	pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->js->lock);
+	if (!strcmp(j->type, "load")) {
+		pthread_mutex_lock(&j->js->ended_lock);
+		ended_add(j->js, j->id, j->path, j->finished_ns, j->state);
+		pthread_mutex_unlock(&j->js->ended_lock);
+	}
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
@@ -1341,6 +1354,13 @@ int mst_jobs_new(mst_master *m, bool background, mst_jobs **out)
 	js->m = m;
 	js->background = background;
 	pthread_mutex_init(&js->lock, NULL);
+	pthread_mutex_init(&js->ended_lock, NULL);
+	pthread_mutex_lock(&js->ended_lock);
+	int err = ended_read(js);
+	pthread_mutex_unlock(&js->ended_lock);
+	if (err)
+		cis_warn("finished loads not read: their TTLs wait for the next start", "%s",
+		         cis_strerror(err));
 	*out = js;
 	return 0;
 }
@@ -1409,6 +1429,7 @@ void mst_jobs_free(mst_jobs *js)
 	for (size_t i = 0; i < js->nended; i++)
 		free(js->ended[i].path);
 	free(js->ended);
+	pthread_mutex_destroy(&js->ended_lock);
 	pthread_mutex_destroy(&js->lock);
 	free(js);
 }
@@ -1939,8 +1960,10 @@ static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, 
 			job_save(j);
 			marked = true;
 		}
-	ended_drop(js, id);
 	pthread_mutex_unlock(&js->lock);
+	pthread_mutex_lock(&js->ended_lock);
+	ended_drop(js, id);
+	pthread_mutex_unlock(&js->ended_lock);
 	if (!marked) {
 		json_object_set_new(o, "expired", json_true());
 		json_t *full = record_get(m, id);
@@ -1978,30 +2001,43 @@ static json_t *load_summary(uint64_t id, const char *path, int state, int64_t fi
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 {
 	struct mst_jobs *js = m->jobs;
-	json_t *all = json_array(), *due = json_array();
+	json_t *due = json_array(), *all = json_array();
 	*started = 0;
-	pthread_mutex_lock(&js->lock);
+	pthread_mutex_lock(&js->ended_lock);
 	uint64_t gen = atomic_load(&m->policy_gen); /* before the policies are read */
-	if (!js->ended_read)
-		ended_read(js);
-	else if (gen != js->ended_gen)
+	if (gen != js->ended_gen)
 		for (size_t i = 0; i < js->nended; i++)
 			js->ended[i].due_ns =
 			    due_at(m, js->ended[i].path, js->ended[i].finished_ns);
 	js->ended_gen = gen;
-	/* the loads whose blocks may be wanted still: running ones (not one
-	 * cancelled, winding down) and the ended ones */
-	for (struct job *j = js->list; j; j = j->next)
-		if (j->state == JOB_RUNNING && !j->cancel && !strcmp(j->type, "load"))
-			json_array_append_new(all, load_summary(j->id, j->path, JOB_RUNNING, 0));
 	for (size_t i = 0; i < js->nended; i++) {
 		const struct ended *e = &js->ended[i];
-		json_t *o = load_summary(e->id, e->path, e->state, e->finished_ns);
-		if (o && e->due_ns <= now_ns)
-			json_array_append(due, o);
-		json_array_append_new(all, o);
+		if (e->due_ns <= now_ns)
+			json_array_append_new(
+			    due, load_summary(e->id, e->path, e->state, e->finished_ns));
 	}
+	pthread_mutex_unlock(&js->ended_lock);
+	if (!json_array_size(due))
+		goto out;
+	/* The loads whose blocks may be wanted still: running ones (one the
+	 * master's stop put on hold too, not one the user cancelled) and the
+	 * ended ones. Nothing expires while the master stops: a free taken
+	 * now would wait for the next start, and run beside the loads then
+	 * resumed. */
+	pthread_mutex_lock(&js->lock);
+	bool stopping = js->stopping;
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->state == JOB_RUNNING && !j->cancel_asked && !strcmp(j->type, "load"))
+			json_array_append_new(all, load_summary(j->id, j->path, JOB_RUNNING, 0));
 	pthread_mutex_unlock(&js->lock);
+	if (stopping)
+		goto out;
+	pthread_mutex_lock(&js->ended_lock);
+	for (size_t i = 0; i < js->nended; i++) {
+		const struct ended *e = &js->ended[i];
+		json_array_append_new(all, load_summary(e->id, e->path, e->state, e->finished_ns));
+	}
+	pthread_mutex_unlock(&js->ended_lock);
 	size_t i;
 	json_t *o;
 	json_array_foreach(due, i, o)
@@ -2013,6 +2049,7 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 			           started);
 		free(path);
 	}
+out:
 	json_decref(due);
 	json_decref(all);
 	return 0;

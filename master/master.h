@@ -90,10 +90,11 @@ typedef struct mst_master {
 	 * reads and keeps (pin, replicas), and an unmount's drop of the
 	 * policies below it. Taken after mount_op_lock, before mounts_lock. */
 	pthread_mutex_t policy_lock;
-	/* Bumped after each policy change is saved: a load that read a pin
-	 * setting before a batch went out checks it again once the batch is
-	 * answered, and the TTL expiry works out when loads are due again
-	 * (jobs.c). */
+	/* Bumped after each change mst_policy_update saves (not by an
+	 * unmount's drop of policies: the loads of its paths go with it): a
+	 * load that read a pin setting before a batch went out checks it
+	 * again once the batch is answered, and the TTL expiry works out when
+	 * loads are due again (jobs.c). */
 	atomic_uint_fast64_t policy_gen;
 
 	uint64_t list_max; /* entries one directory's listing may hold */

@@ -241,7 +241,7 @@ static int idx_put(wrk_bs *bs, wrk_block *b)
  * Only the time is patched into each stored record; the rest of it (pin,
  * length, dir) is written where it changes. A block dropped meanwhile has
  * no record left to patch. */
-/* Key order (wrk_id_to_bytes: hi, then lo, big-endian). */
+/* Key order (cis_block_id_to_bytes: hi, then lo, big-endian). */
 static int cmp_move(const void *a, const void *b)
 {
 	const cis_block_id *x = &((const atime_move *)a)->id, *y = &((const atime_move *)b)->id;

@@ -551,6 +551,22 @@ Test(jobs, ttl_frees_after_the_load)
 	assert_last_job_frees("path", "/m");
 }
 
+/* A load that finished before a restart expires after it (the finished
+ * loads are read from their records at open). */
+Test(jobs, ttl_frees_a_load_finished_before_a_restart)
+{
+	cis_errmsg em = {{0}};
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	uint64_t started;
+	(void)submit_and_run(&r);
+	mst_close(m);
+	open_master();
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1, "a free job for the load's path");
+	assert_last_job_frees("path", "/m");
+}
+
 /* A cancelled load's blocks expire by the TTL too (only done ones did: what
  * a cancelled or failed load had fetched stayed cached for good). */
 Test(jobs, ttl_frees_after_a_cancelled_load)
@@ -733,6 +749,22 @@ static void lw_drain(void)
 	atomic_store(&lw_release, 1);
 	while (atomic_load(&lw_late))
 		cis_sleep_ms(10);
+}
+
+/* Nothing expires while the master stops: a load the stop put on hold
+ * still holds an older load's blocks (it resumes at the next start), and a
+ * free taken now would run beside it then. */
+Test(jobs, nothing_expires_while_the_master_stops)
+{
+	cis_errmsg em = {{0}};
+	uint64_t id, started;
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 1, false, &em), 0);
+	mst_job_req r = {.type = "load", .path = "/m", .metadata_only = true};
+	(void)submit_and_run(&r);
+	mst_jobs_stop(m->jobs);
+	cr_assert_eq(mst_job_submit(m, &r, &id, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 5000000000LL, &started), 0);
+	cr_assert_eq(started, 0, "a free was started while the master stops");
 }
 
 /* A worker that answers Pin, Free and Load (as load_worker does) and
