@@ -376,8 +376,8 @@ int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *ou
 		if (rc != -ENOENT)
 			return rc;
 		/* That inode is gone (the name is another object now, of
-		 * another type): ask for the name. */
-		fcl_lru_remove(m->entries, k, klen, NULL);
+		 * another type): ask for the name, whose answer replaces the
+		 * entry (removing it here could remove a newer one). */
 	}
 	return fetch_shared(m, k, klen, parent, name, 0, out, em);
 }
