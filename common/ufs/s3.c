@@ -1,10 +1,11 @@
 /* The S3 under-store connector: the cis_ufs_ops backend for "s3://".
  *
  * One struct s3 per opened URI holds the frozen configuration, a CURLSH
- * share (connections, DNS, TLS sessions; locked with one mutex per data
- * kind) and a small pool of idle easy handles. Each call takes a handle
- * from the pool, so any number of threads may call in at once and still
- * reuse warm connections. Every request is signed (SigV4) afresh on each
+ * share (DNS and TLS sessions; locked with one mutex per data kind) and a
+ * pool of idle easy handles, each keeping its own connection (libcurl does
+ * not support a connection cache shared by concurrent threads). Each call
+ * takes a handle from the pool, so any number of threads may call in at
+ * once and still reuse warm connections. Every request is signed (SigV4) afresh on each
  * attempt and retried with full-jitter exponential backoff on 5xx, 429 and
  * network failures, never on other 4xx, and never once a read has handed
  * bytes to its sink. */
@@ -33,8 +34,8 @@
 #include "s3_sigv4.h"
 #include "s3_xml.h"
 
-#define POOL_MAX       32 /* idle easy handles kept per connector */
-#define RETRY_ATTEMPTS 5  /* tries per request, the first included */
+#define POOL_MAX       256 /* idle easy handles (and connections) kept per connector */
+#define RETRY_ATTEMPTS 5   /* tries per request, the first included */
 #define RETRY_BASE_MS  50
 #define RETRY_CAP_MS   2000
 #define ERRBODY_MAX    (1u << 20)   /* an error or small reply body */
@@ -45,7 +46,6 @@
 #define CREDS_FILE_MAX (1u << 20)
 #define LIST_MAX_KEYS  1000
 
-#define MAX_CONNECTS 256L /* connections kept open to the store */
 /* libcurl's receive buffer (its default is 16 KiB). Larger reads mean
  * fewer wake-ups of the fetch thread and fewer, larger window updates to
  * the store: on the benchmark's s3rver, 256 KiB cut the worker's CPU per
@@ -115,10 +115,11 @@ struct req {
 	bool too_big;
 	bool window_done;
 	/* A 206's Content-Range "bytes START-END/TOTAL"; bad_range: it was
-	 * missing or not the window asked for; overrun: the body ran past
-	 * END. Either way no byte outside the window reaches the sink. */
+	 * missing or not the window asked for (nor all of it that the object
+	 * holds); overrun: the body ran past END. Either way no byte outside
+	 * the window reaches the sink. */
 	bool have_cr;
-	uint64_t cr_start, cr_end;
+	uint64_t cr_start, cr_end, cr_total;
 	char cr_text[64];
 	bool bad_range;
 	bool overrun;
@@ -284,7 +285,8 @@ static void pool_put(struct s3 *s, CURL *h)
 }
 
 /* "bytes START-END/TOTAL" (TOTAL may be "*") with START <= END. */
-static bool parse_content_range(const char *v, uint64_t *start, uint64_t *end)
+/* "bytes START-END/TOTAL"; TOTAL "*" (unknown) gives UINT64_MAX. */
+static bool parse_content_range(const char *v, uint64_t *start, uint64_t *end, uint64_t *total)
 {
 	char *e;
 
@@ -300,7 +302,14 @@ static bool parse_content_range(const char *v, uint64_t *start, uint64_t *end)
 	*end = strtoull(e + 1, &e, 10);
 	if (errno || *e != '/' || *end < *start)
 		return false;
-	return true;
+	if (!strcmp(e + 1, "*")) {
+		*total = UINT64_MAX;
+		return true;
+	}
+	if (!isdigit((unsigned char)e[1]))
+		return false;
+	*total = strtoull(e + 1, &e, 10);
+	return !errno; /* an empty object's "bytes 0-0/0" (s3rver) included */
 }
 
 static size_t on_header(char *p, size_t sz, size_t n, void *arg)
@@ -356,7 +365,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 			return 0;
 		}
 		snprintf(r->cr_text, sizeof(r->cr_text), "%s", v);
-		r->have_cr = parse_content_range(v, &r->cr_start, &r->cr_end);
+		r->have_cr = parse_content_range(v, &r->cr_start, &r->cr_end, &r->cr_total);
 	} else if (!strcasecmp(line, "transfer-encoding")) {
 		r->chunked = strcasestr(v, "chunked") != NULL;
 	} else if (!strcasecmp(line, "content-length")) {
@@ -385,12 +394,16 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 		size_t dl = len;
 		if (r->ranged && r->status == 206) {
 			/* Bytes [START, END] of the object, by Content-Range: it
-			 * must start at the window and end inside it; the body
-			 * must not run past it. */
+			 * must start at the window and end at its end, or at the
+			 * object's (a store that caps a range's length must not
+			 * pass for the end of the object); the body must not run
+			 * past it. */
 			uint64_t want;
 
 			if (!r->have_cr || r->cr_start != r->win_off ||
-			    r->cr_end - r->cr_start >= r->win_len) {
+			    r->cr_end - r->cr_start >= r->win_len ||
+			    (r->cr_end - r->cr_start + 1 < r->win_len &&
+			     r->cr_end + 1 != r->cr_total)) {
 				r->bad_range = true;
 				return 0;
 			}
@@ -399,7 +412,12 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 				dl = r->stream_pos < want ? (size_t)(want - r->stream_pos) : 0;
 				r->overrun = true;
 			}
-		} else if (r->ranged && r->status == 200) {
+		} else if (r->ranged && r->status != 200) {
+			/* Another 2xx (a proxy's 203): its body's place in
+			 * the object is unknown. */
+			r->bad_range = true;
+			return 0;
+		} else if (r->ranged) {
 			/* The server sent the whole object: clip to the window. */
 			uint64_t start = r->stream_pos, end = start + len;
 			uint64_t ws = r->win_off, we = r->win_off + r->win_len;
@@ -585,10 +603,6 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	curl_easy_setopt(c, CURLOPT_URL, url.data);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
 	curl_easy_setopt(c, CURLOPT_SHARE, s->share);
-	/* curl_easy_perform keeps at most MAXCONNECTS (default 5) connections
-	 * in the shared cache and closes the rest when a transfer ends: with
-	 * more threads than that every request would open a new connection. */
-	curl_easy_setopt(c, CURLOPT_MAXCONNECTS, MAX_CONNECTS);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUFFER);
@@ -1099,10 +1113,11 @@ static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errm
 		pthread_mutex_init(&s->share_locks[i], NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 
-	/* bucket[/prefix]. Never echo a "key:secret@" part into a message. */
+	/* bucket[/prefix]. Never echo a "key:secret@" part into a message: a
+	 * bucket name holds neither '@' nor ':', and a secret may hold a '/'. */
 	const char *slash = strchr(rest, '/');
-	const char *at = strchr(rest, '@');
-	if (at && (!slash || at < slash)) {
+	size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
+	if (memchr(rest, '@', blen) || memchr(rest, ':', blen)) {
 		rc = cis_fail(em, -CIS_E_URI,
 		              "s3 uri: credentials in the uri are not supported "
 		              "(use the access_key and secret_key options)");
@@ -1119,7 +1134,7 @@ static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errm
 	while (pl && s->prefix[pl - 1] == '/')
 		s->prefix[--pl] = 0;
 	if (!bucket_name_ok(s->bucket)) {
-		rc = cis_fail(em, -CIS_E_URI, "s3://%s: bad bucket name", rest);
+		rc = cis_fail(em, -CIS_E_URI, "s3://%s: bad bucket name", s->bucket);
 		goto out_fail;
 	}
 	if (!prefix_ok(s->prefix) || strlen(s->prefix) > 1024) {
@@ -1207,7 +1222,6 @@ static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errm
 	curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, share_lock);
 	curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
 	curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
-	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
 	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 	*state = s;
