@@ -98,8 +98,9 @@ static int posix_open(const char *rest, const cis_kvlist *options, void **state,
 
 	if (strncmp(rest, "localhost/", 10) == 0) /* file://localhost/dir is file:///dir */
 		rest += 9;
-	if (rest[0] != '/' && memchr(rest, '@', strcspn(rest, "/")))
-		return cis_fail(em, -CIS_E_URI, /* never echo what may be a secret */
+	/* never echo what may be a secret (which may hold a '/') */
+	if (rest[0] != '/' && (strchr(rest, '@') || memchr(rest, ':', strcspn(rest, "/"))))
+		return cis_fail(em, -CIS_E_URI,
 		                "file uri: credentials are not supported (use file:///abs/dir)");
 	if (rest[0] != '/')
 		return cis_fail(em, -CIS_E_URI,

@@ -86,7 +86,10 @@ static int check_path_em(const cis_ufs *u, const char *path, cis_errmsg *em)
 }
 
 /* A copy of uri with the userinfo of its authority ("user:secret@") removed,
- * so that credentials are never echoed. NULL on allocation failure. */
+ * so that credentials are never echoed. A secret may hold a '/' (AWS
+ * secrets are base64): an authority with a ':' (no store's has one) runs
+ * to the first '@' after it, or is all left out. NULL on allocation
+ * failure. */
 static char *uri_strip_userinfo(const char *uri)
 {
 	const char *auth = strstr(uri, "://");
@@ -101,6 +104,18 @@ static char *uri_strip_userinfo(const char *uri)
 	for (p = auth; p < end; p++)
 		if (*p == '@')
 			at = p;
+	if (!at && memchr(auth, ':', (size_t)(end - auth))) {
+		at = strchr(end, '@');
+		if (!at) {
+			head = (size_t)(auth - uri);
+			out = malloc(head + 4);
+			if (out) {
+				memcpy(out, uri, head);
+				strcpy(out + head, "...");
+			}
+			return out;
+		}
+	}
 	if (!at)
 		return strdup(uri);
 	head = (size_t)(auth - uri);

@@ -241,9 +241,20 @@ Test(dispatch, uri_hides_credentials)
 	cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
 	cr_expect(strstr(em.text, "gs://bucket/p"), "message: %s", em.text);
 
+	/* A secret with a '/' in it (AWS secrets are base64). */
+	err = cis_ufs_open("gs://AKID:SeC/rEt@bucket/p", NULL, &u, &em);
+	cr_assert_eq(err, -CIS_E_URI);
+	cr_expect_null(strstr(em.text, "SeC"), "secret echoed: %s", em.text);
+	cr_expect_null(strstr(em.text, "rEt"), "secret echoed: %s", em.text);
+	err = cis_ufs_open("gs://AKID:SeC/rEt/p", NULL, &u, &em);
+	cr_assert_eq(err, -CIS_E_URI);
+	cr_expect_null(strstr(em.text, "SeC"), "secret echoed: %s", em.text);
+
 	/* A backend refusing userinfo must not echo it either. */
-	const char *with_secret[] = {"file://u:SeCrEt@/tmp", "s3://AKID:SeCrEt@bucket/p"};
-	for (size_t i = 0; i < 2; i++) {
+	const char *with_secret[] = {"file://u:SeCrEt@/tmp",      "file://u:SeC/rEt@/tmp",
+	                             "s3://AKID:SeCrEt@bucket/p", "s3://AKID:SeC/rEt@bucket/p",
+	                             "s3://AKID:SeC/rEt/p",       "s3://AKID@bucket/p"};
+	for (size_t i = 0; i < 6; i++) {
 		em.text[0] = 0;
 		err = cis_ufs_open(with_secret[i], NULL, &u, &em);
 		if (err == 0) {
@@ -251,6 +262,9 @@ Test(dispatch, uri_hides_credentials)
 			cis_ufs_close(u);
 		}
 		cr_expect_null(strstr(em.text, "SeCrEt"), "secret echoed: %s", em.text);
+		cr_expect_null(strstr(em.text, "SeC"), "secret echoed: %s", em.text);
+		cr_expect_null(strstr(em.text, "rEt"), "secret echoed: %s", em.text);
+		cr_expect_neq(err, 0, "%s opened", with_secret[i]);
 	}
 
 	/* Nor an endpoint with userinfo, even one that is no URL at all. */

@@ -1,5 +1,6 @@
 /* Ranged S3 reads against a store that answers a Range GET wrongly: a 206
- * must start where asked and end inside the window, and its body must not
+ * must start where asked and end at the window's end (before it only at
+ * the object's), and its body must not
  * run past its Content-Range; otherwise the read fails and no byte outside
  * the window reaches the consumer. Then the signing region, which comes from
  * the option, the environment or the AWS config file's profile, in that
@@ -155,6 +156,25 @@ Test(s3_range, wrong_start_refused)
 	cr_assert_eq(s.n, 0, "no byte of the wrong range delivered");
 	cr_assert(strstr(em.text, "content-range \"bytes 0-9/100\""), "%s", em.text);
 	cr_assert(strstr(em.text, "asked for bytes 10-19"), "%s", em.text);
+}
+
+/* A range shorter than asked that does not end at the object's end (a
+ * proxy capping a range's length) is no read of all that is there; nor is
+ * a 2xx other than 200 and 206, whose body's place is unknown. */
+Test(s3_range, short_range_not_at_the_end_refused)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("206 Partial Content", "bytes 10-14/100", "01234");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0, "a short range passed for the object's end");
+	set_reply("206 Partial Content", "bytes 10-14/*", "01234");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0);
+	set_reply("203 Non-Authoritative Information", NULL, "0123456789");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(s.n, 0, "a 203's body delivered as the window");
 }
 
 Test(s3_range, range_past_the_window_refused)
