@@ -101,6 +101,11 @@ typedef struct mst_master {
 
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
 	pthread_cond_t flight_cond;
+	/* Directories whose refresh failed lately, by id modulo the size:
+	 * served as last listed until then (ns.c). Under flight_lock. */
+	struct {
+		uint64_t dir, until_ms;
+	} refresh_waits[64];
 	mst_flight *flights;
 
 	mst_workers *workers;

@@ -505,6 +505,19 @@ static bool store_wait_refused_now(void)
 	return true;
 }
 
+/* A directory listed before whose refresh fails is served as it was last
+ * listed (the store is down or refusing: what the namespace and the
+ * workers hold still reads), and not listed again for this long. */
+#define REFRESH_RETRY_MS 5000
+
+/* Whether dir's refresh failed less than REFRESH_RETRY_MS ago. Caller
+ * holds m->flight_lock. */
+static bool refresh_waits(mst_master *m, uint64_t dir)
+{
+	size_t slot = dir % (sizeof(m->refresh_waits) / sizeof(m->refresh_waits[0]));
+	return m->refresh_waits[slot].dir == dir && m->refresh_waits[slot].until_ms > cis_mono_ms();
+}
+
 /* depth: levels below a listing a client asked for (0: asked for). */
 static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int depth, cis_errmsg *em)
 {
@@ -515,6 +528,13 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		return 0;
 	if (!force && !is_stale(dir, mt, cis_wall_ns()))
 		return 0;
+	bool stale_ok = !force && dir->listed_ns != 0;
+	pthread_mutex_lock(&m->flight_lock);
+	if (stale_ok && refresh_waits(m, dir->id)) {
+		pthread_mutex_unlock(&m->flight_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&m->flight_lock);
 	if (store_wait_refused_now())
 		return -EWOULDBLOCK;
 
@@ -560,6 +580,15 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		cis_counter_inc(m->c_lists_ahead);
 
 	pthread_mutex_lock(&m->flight_lock);
+	if (rc && stale_ok) {
+		size_t slot = dir->id % (sizeof(m->refresh_waits) / sizeof(m->refresh_waits[0]));
+		m->refresh_waits[slot].dir = dir->id;
+		m->refresh_waits[slot].until_ms = cis_mono_ms() + REFRESH_RETRY_MS;
+		cis_warn("directory refresh failed: serving it as last listed",
+		         "dir=%llu retry_in_ms=%d: %s", (unsigned long long)dir->id,
+		         REFRESH_RETRY_MS, cis_errmsg_or(&f->em, rc));
+		rc = 0;
+	}
 	for (mst_flight **pp = &m->flights; *pp; pp = &(*pp)->next)
 		if (*pp == f) {
 			*pp = f->next;
@@ -959,6 +988,48 @@ out:
 	return err;
 }
 
+/* The inode a sync of path starts from, links followed. A component the
+ * namespace does not hold may be new in the store: the deepest directory
+ * on the way is listed again (each one once) before the path is taken for
+ * missing. */
+static int sync_resolve(mst_master *m, const char *path, mst_inode *ino, cis_errmsg *em)
+{
+	char *real = malloc(MST_PATH_MAX + 1), *up = NULL;
+	uint64_t relisted = 0;
+	int err;
+	if (!real)
+		return -ENOMEM;
+	while ((err = mst_ns_realpath(m, path, true, real, ino, em)) == -ENOENT) {
+		free(up);
+		up = strdup(path);
+		if (!up) {
+			err = -ENOMEM;
+			break;
+		}
+		cis_errmsg up_em = {{0}};
+		int rc = -ENOENT;
+		for (char *slash; rc == -ENOENT && (slash = strrchr(up, '/'));) {
+			bool root = slash == up;
+			slash[root ? 1 : 0] = 0;
+			rc = mst_ns_realpath(m, up, true, real, ino, &up_em);
+			if (root)
+				break;
+		}
+		if (rc || ino->type != MST_DIR || ino->mount_id == 0 || ino->id == relisted)
+			break; /* the path is not in the store either */
+		relisted = ino->id;
+		rc = mst_ns_ensure_listed(m, ino, true, &up_em);
+		if (rc) {
+			*em = up_em;
+			err = rc;
+			break;
+		}
+	}
+	free(up);
+	free(real);
+	return err;
+}
+
 int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em)
 {
 	mst_inode *ino = malloc(sizeof(*ino));
@@ -968,7 +1039,7 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 	*dirs = 0;
 	if (!ino)
 		return -ENOMEM;
-	err = mst_ns_resolve(m, path, ino, em);
+	err = sync_resolve(m, path, ino, em);
 	if (err)
 		goto out;
 	if (ino->type != MST_DIR) {
@@ -1013,8 +1084,10 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 			if (err)
 				break;
 			for (size_t i = 0; i < n; i++) {
+				/* and the plain directories that lead to mounts */
 				if (ents[i].type != MST_DIR ||
-				    (ents[i].listed_ns == 0 && !ents[i].mount_point))
+				    (ents[i].listed_ns == 0 && !ents[i].mount_point &&
+				     ents[i].mount_id != 0))
 					continue;
 				if (nt == cap) {
 					uint64_t *t = realloc(todo, cap * 2 * sizeof(*t));

@@ -1051,3 +1051,57 @@ Test(master, ls_limit_and_cookie_are_decimal)
 	json_decref(out);
 	cis_kvlist_free(&q);
 }
+
+/* A directory listed before whose refresh fails (the store is gone) is
+ * served as it was last listed, and not listed again for a while; a sync
+ * still says why it failed. It used to fail every lookup below it, each
+ * after a listing of its own. */
+Test(master, a_failed_refresh_serves_the_last_listing)
+{
+	cis_errmsg em = {{0}};
+	mst_inode i;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	m->mounts[0]->sync_interval_ms = 50;
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &i, &em), 0, "%s", em.text);
+	char gone[400];
+	snprintf(gone, sizeof(gone), "%s.gone", store);
+	cr_assert_eq(rename(store, gone), 0);
+	put_file(tmp, "store", "not a directory"); /* a store that fails every listing */
+	cis_sleep_ms(100);
+	uint64_t errors = cis_counter_get(m->c_store_list_errors);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &i, &em), 0, "%s", em.text);
+	cr_assert_eq(i.size, 3);
+	cr_assert_gt(cis_counter_get(m->c_store_list_errors), errors, "no refresh was tried");
+	errors = cis_counter_get(m->c_store_list_errors);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &i, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_counter_get(m->c_store_list_errors), errors, "listed again at once");
+	uint64_t dirs;
+	cr_assert_neq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "a sync of a gone store");
+	cr_assert(em.text[0]);
+}
+
+/* A sync of a path new in the store lists the deepest directory the
+ * namespace holds on the way to it (it used to answer "no such file"
+ * until the parent's own sync); a recursive sync of / reaches a mount
+ * below a plain directory the master made for it (it used to stop there). */
+Test(master, sync_finds_new_paths_and_mounts_below_plain_directories)
+{
+	cis_errmsg em = {{0}};
+	mst_inode i;
+	uint64_t dirs;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mount("/x/deep", store2, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/a.txt", &i, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/x/deep/inner.txt", &i, &em), 0, "%s", em.text);
+	char d[400];
+	snprintf(d, sizeof(d), "%s/newdir", store);
+	cr_assert_eq(mkdir(d, 0755), 0);
+	put_file(d, "f.txt", "new");
+	cr_assert_eq(mst_ns_sync(m, "/data/newdir", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/newdir/f.txt", &i, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_sync(m, "/data/nothing/here", false, &dirs, &em), -ENOENT);
+	put_file(store2, "later.txt", "x");
+	cr_assert_eq(mst_ns_sync(m, "/", true, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/x/deep/later.txt", &i, &em), 0,
+	             "the recursive sync did not reach /x/deep: %s", em.text);
+}
