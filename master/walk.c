@@ -193,7 +193,19 @@ int mst_walk(mst_master *m, const char *path, bool list, mst_walk_fn fn, mst_wal
 		struct frame *f = &st[depth - 1];
 		if (f->idx == f->n) {
 			if (!f->eof && f->n) {
-				err = next_page(m, f, list, em);
+				cis_errmsg sub = {{0}};
+				int lerr = next_page(m, f, list, &sub);
+				if (lerr && depth > 1 && efn) {
+					/* A directory below that fails in a later page
+					 * (removed meanwhile) ends there, as one that
+					 * fails at its first does. */
+					err = efn(arg, f->path, lerr, cis_errmsg_or(&sub, lerr));
+					f->eof = true;
+				} else {
+					err = lerr;
+				}
+				if (err)
+					cis_fail(em, err, "%s", cis_errmsg_or(&sub, err));
 				continue;
 			}
 			free(f->ents);
