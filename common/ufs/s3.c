@@ -38,13 +38,18 @@
 #define RETRY_ATTEMPTS 5   /* tries per request, the first included */
 #define RETRY_BASE_MS  50
 #define RETRY_CAP_MS   2000
-#define ERRBODY_MAX    (1u << 20)   /* an error or small reply body */
-#define PART_MIN       (5ull << 20) /* S3's smallest non-final part */
-#define PART_MAX       (1ull << 30) /* one part is held in memory */
-#define PART_DEFAULT   (8ull << 20)
-#define PARTS_MAX      10000 /* S3's limit on parts per upload */
-#define CREDS_FILE_MAX (1u << 20)
-#define LIST_MAX_KEYS  1000
+/* A store asking to slow down (503 SlowDown, 429) is given longer: S3 answers
+ * SlowDown for seconds while it scales a prefix up, and a read that gave
+ * up within a second would reach a training job as EIO. */
+#define RETRY_THROTTLED_ATTEMPTS 10
+#define RETRY_THROTTLED_CAP_MS   5000
+#define ERRBODY_MAX              (1u << 20)   /* an error or small reply body */
+#define PART_MIN                 (5ull << 20) /* S3's smallest non-final part */
+#define PART_MAX                 (1ull << 30) /* one part is held in memory */
+#define PART_DEFAULT             (8ull << 20)
+#define PARTS_MAX                10000 /* S3's limit on parts per upload */
+#define CREDS_FILE_MAX           (1u << 20)
+#define LIST_MAX_KEYS            1000
 
 /* libcurl's receive buffer (its default is 16 KiB). Larger reads mean
  * fewer wake-ups of the fetch thread and fewer, larger window updates to
@@ -230,17 +235,20 @@ static void what_of(const struct s3 *s, const char *key, char *out, size_t n)
 	snprintf(out, n, "s3://%s%s%s", s->bucket, key && key[0] ? "/" : "", key ? key : "");
 }
 
-static void backoff(int attempt)
+/* Sleep before the next attempt; cut short when the process stops. */
+static void backoff(int attempt, uint64_t cap_ms)
 {
 	uint64_t cap = RETRY_BASE_MS << (attempt < 16 ? attempt : 16);
 	uint32_t r;
 
-	if (cap > RETRY_CAP_MS)
-		cap = RETRY_CAP_MS;
+	if (cap > cap_ms)
+		cap = cap_ms;
 	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
 		r = (uint32_t)cis_mono_ns();
 	/* Full jitter: anywhere in [0, cap], so many clients spread out. */
-	cis_sleep_ms(r % (cap + 1));
+	uint64_t until = cis_mono_ms() + r % (cap + 1);
+	for (uint64_t now; (now = cis_mono_ms()) < until && !cis_ufs_cancelled();)
+		cis_sleep_ms(until - now < 100 ? until - now : 100);
 }
 
 /* ---- curl plumbing ---- */
@@ -729,6 +737,16 @@ static int http_error(const struct s3 *s, const struct req *r, const char *what,
 	                hint);
 }
 
+/* Whether the store asked to slow down: a 429, or a 503 SlowDown (not any
+ * 503: a store that is down answers one too, and is not waited out). */
+static bool throttled(const struct req *r)
+{
+	cis_s3_error e;
+	return r->status == 429 || (r->status == 503 && r->resp.len &&
+	                            cis_s3_xml_parse_error(r->resp.data, r->resp.len, &e) == 0 &&
+	                            !strcmp(e.code, "SlowDown"));
+}
+
 /* Run r with retries. 0 on a 2xx reply (r->status, headers and body
  * filled), else a code with em filled. */
 static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
@@ -743,6 +761,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 	for (int attempt = 0;; attempt++) {
 		CURLcode cc = CURLE_OK;
 		bool last = attempt + 1 >= RETRY_ATTEMPTS;
+		uint64_t cap_ms = RETRY_CAP_MS;
 		int rc = 0;
 
 		r->status = 0;
@@ -791,6 +810,10 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 			if (r->status / 100 == 2)
 				return 0;
 			bool retry = r->status >= 500 || r->status == 429;
+			if (throttled(r)) {
+				last = attempt + 1 >= RETRY_THROTTLED_ATTEMPTS;
+				cap_ms = RETRY_THROTTLED_CAP_MS;
+			}
 			if (!retry || last || r->delivered)
 				return http_error(s, r, what, em);
 			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
@@ -812,7 +835,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 			                "uri=%s method=%s error=\"%s\" attempt=%d", what, r->method,
 			                curl_easy_strerror(cc), attempt + 1);
 		}
-		backoff(attempt);
+		backoff(attempt, cap_ms);
 	}
 }
 

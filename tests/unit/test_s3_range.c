@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -24,6 +25,7 @@ static int lfd = -1;
 static uint16_t port;
 static char reply[4096];
 static char last_req[8192]; /* the last request's head */
+static atomic_int requests; /* requests answered */
 static pthread_t srv_thread;
 
 /* Answer every connection with `reply` and close it. */
@@ -49,6 +51,7 @@ static void *serve(void *arg)
 		}
 		req[got] = 0;
 		memcpy(last_req, req, got + 1);
+		atomic_fetch_add(&requests, 1);
 		(void)!write(c, reply, strlen(reply));
 		close(c);
 	}
@@ -175,6 +178,27 @@ Test(s3_range, short_range_not_at_the_end_refused)
 	set_reply("203 Non-Authoritative Information", NULL, "0123456789");
 	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
 	cr_assert_eq(s.n, 0, "a 203's body delivered as the window");
+}
+
+/* A store asking to slow down (503 SlowDown) is tried 10 times, one that
+ * is down (any other 503) 5 times, as other 5xx. */
+Test(s3_range, slow_down_is_waited_out_longer_than_a_store_that_is_down, .timeout = 60)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("503 Service Unavailable", NULL,
+	          "<Error><Code>ServiceUnavailable</Code><Message>down</Message></Error>");
+	atomic_store(&requests, 0);
+	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(atomic_load(&requests), 5);
+	set_reply("503 Slow Down", NULL,
+	          "<Error><Code>SlowDown</Code><Message>Please reduce your request rate."
+	          "</Message></Error>");
+	atomic_store(&requests, 0);
+	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_STORE);
+	cr_assert_eq(atomic_load(&requests), 10, "SlowDown tried %d times", atomic_load(&requests));
+	cr_assert(strstr(em.text, "SlowDown"), "%s", em.text);
 }
 
 Test(s3_range, range_past_the_window_refused)
