@@ -535,6 +535,7 @@ static void fd_version(int fd, char *out, size_t outlen, struct stat *sb)
 	struct cis_ufs_stat st;
 
 	if (fstat(fd, sb) < 0) {
+		memset(sb, 0, sizeof(*sb)); /* no type: not read as a file */
 		snprintf(out, outlen, "?");
 		return;
 	}

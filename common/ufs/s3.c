@@ -1001,6 +1001,12 @@ static int load_creds(struct s3 *s, const cis_kvlist *o, cis_errmsg *em)
 		s->session_token = dup_or_null(tok);
 		if (!s->access_key || !s->secret_key || (tok && tok[0] && !s->session_token))
 			return -ENOMEM;
+		/* A Secret made from a file ends in a newline, which would end
+		 * up inside a header line. */
+		trim(s->access_key);
+		trim(s->secret_key);
+		if (s->session_token)
+			trim(s->session_token);
 		return 0;
 	}
 	return read_creds_file(s, em);
@@ -1103,6 +1109,15 @@ static bool bucket_name_ok(const char *b)
 	return true;
 }
 
+/* Whether b can be one DNS label of a virtual-hosted bucket's name. */
+static bool dns_label(const char *b)
+{
+	for (const char *c = b; *c; c++)
+		if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) && *c != '-')
+			return false;
+	return strlen(b) <= 63;
+}
+
 static bool prefix_ok(const char *p)
 {
 	/* Components: not empty, not "." or "..". */
@@ -1201,8 +1216,10 @@ static int s3_open(const char *rest, const cis_kvlist *o, void **state, cis_errm
 		goto out_fail;
 
 	/* Path style by default off AWS: MinIO, s3rver, Ceph rarely have
-	 * wildcard DNS for bucket names. */
-	s->path_style = custom;
+	 * wildcard DNS for bucket names; and for a bucket whose name is no
+	 * single lowercase DNS label (a dot breaks the TLS wildcard, capitals
+	 * and '_' the DNS name), as the AWS SDKs do. */
+	s->path_style = custom || !dns_label(s->bucket);
 	if ((v = opt(o, "path_style")) && parse_bool(v, &s->path_style)) {
 		rc = cis_fail(em, -CIS_E_CONFIG, "path_style=%s: want true or false", v);
 		goto out_fail;
@@ -1630,7 +1647,10 @@ static int multipart(struct s3 *s, const char *key, int fd, uint64_t size, cis_e
 		              ps);
 		goto out;
 	}
-	if (cis_kvlist_set(&r.query, "uploads", "")) {
+	/* The object's type: curl would send a POST's form type otherwise,
+	 * and a single PUT's object gets the store's default, this one. */
+	if (cis_kvlist_set(&r.query, "uploads", "") ||
+	    cis_kvlist_set(&r.hdrs, "content-type", "binary/octet-stream")) {
 		rc = cis_fail(em, -ENOMEM, "s3: out of memory");
 		goto out;
 	}

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -271,7 +272,11 @@ int cis_s3_xml_parse_list(const char *data, size_t len, cis_s3_list *out)
 				rc = -ENOMEM;
 				goto out_fail;
 			}
-			out->truncated = strcmp(t, "true") == 0;
+			/* "true", give or take case and white space: a
+			 * truncated listing taken for whole loses keys */
+			const char *b = t + strspn(t, " \t\r\n");
+			out->truncated =
+			    !strncasecmp(b, "true", 4) && !b[4 + strspn(b + 4, " \t\r\n")];
 			free(t);
 		} else if (is(n, "NextContinuationToken")) {
 			free(out->next_token);

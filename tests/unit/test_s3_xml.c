@@ -320,3 +320,24 @@ Test(s3_xml, iso8601)
 	cr_assert_eq(cis_s3_parse_iso8601("2009-10-12T17:50:30+02:00", &ns), -CIS_E_PARSE);
 	cr_assert_eq(cis_s3_parse_iso8601("", &ns), -CIS_E_PARSE);
 }
+
+/* IsTruncated is "true" give or take case and white space (a listing
+ * taken for whole after its first page lost the rest's keys); anything
+ * else is not. */
+Test(s3_xml, is_truncated_ignores_case_and_white_space)
+{
+	const char *vals[] = {"true", "True", " TRUE\n", "false", "truely", ""};
+	const bool want[] = {true, true, true, false, false, false};
+	for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+		char body[512];
+		snprintf(body, sizeof(body),
+		         HDR "<ListBucketResult" NS "><Name>b</Name><IsTruncated>%s</IsTruncated>"
+		             "<NextContinuationToken>t</NextContinuationToken>"
+		             "</ListBucketResult>",
+		         vals[i]);
+		cis_s3_list l;
+		cr_assert_eq(parse_list(body, &l), 0, "'%s'", vals[i]);
+		cr_assert_eq(l.truncated, want[i], "'%s'", vals[i]);
+		cis_s3_list_free(&l);
+	}
+}
