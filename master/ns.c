@@ -6,7 +6,9 @@
  * refreshes at once. Concurrent callers that need the same directory share
  * one store listing (single flight, keyed by the directory's inode id).
  * Mount points under a directory are kept whatever the store says, and hide
- * a store entry of the same name. */
+ * a store entry of the same name; so are the store's directories on the way
+ * to a nested mount (they stay directories when the store drops them or
+ * puts a file in their place). */
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -354,6 +356,26 @@ static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const ci
 	return err;
 }
 
+/* Whether directory id holds a mount point below it (a mount nested in a
+ * directory of another's store): such a directory stays, whatever the
+ * store says of it, or the nested mount would go with it. */
+static bool holds_mount(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *scratch)
+{
+	bool held = false;
+	pthread_mutex_lock(&m->mounts_lock);
+	for (size_t i = 0; i < m->nmounts && !held; i++) {
+		uint64_t at = m->mounts[i]->root_ino;
+		for (int hops = 0; at && at != MST_ROOT_INO && hops < 4096 && !held; hops++) {
+			if (mst_inode_get(m, txn, at, scratch))
+				break;
+			at = scratch->parent;
+			held = at == id;
+		}
+	}
+	pthread_mutex_unlock(&m->mounts_lock);
+	return held;
+}
+
 /* Merge the sorted store listing with the sorted children in one write
  * transaction: vanished entries go (with their subtrees), new ones get
  * fresh ids (new directories noted in nd), changed files keep their id
@@ -364,8 +386,8 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 {
 	MDB_txn *txn;
 	struct kids k = {0};
-	mst_inode *dir = malloc(sizeof(*dir)), *ch = malloc(sizeof(*ch));
-	int err = (!dir || !ch) ? -ENOMEM : mst_txn_begin(m, true, &txn);
+	mst_inode *dir = malloc(sizeof(*dir)), *ch = malloc(sizeof(*ch)), *up = malloc(sizeof(*up));
+	int err = (!dir || !ch || !up) ? -ENOMEM : mst_txn_begin(m, true, &txn);
 	if (err)
 		goto out_free;
 	err = mst_inode_get(m, txn, dir_id, dir);
@@ -391,7 +413,8 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		if (err)
 			break;
 		if (c > 0) {
-			if (!ch->mount_point && ch->mount_id == dir->mount_id)
+			if (!ch->mount_point && ch->mount_id == dir->mount_id &&
+			    (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, up)))
 				err = mst_inode_del_tree(m, txn, ch->id);
 			j++;
 			continue;
@@ -403,10 +426,13 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		} else if (ch->type != entry_type(e) ||
 		           (e->link_target && strcmp(ch->link_target, e->link_target) != 0)) {
 			/* A new inode: what a client cached of the old one (a
-			 * link's text among it) stays with the old one. */
-			err = mst_inode_del_tree(m, txn, ch->id);
-			if (!err)
-				err = add_entry(m, txn, dir, e, ch, nd);
+			 * link's text among it) stays with the old one. A
+			 * directory that holds a nested mount hides the entry. */
+			if (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, up)) {
+				err = mst_inode_del_tree(m, txn, ch->id);
+				if (!err)
+					err = add_entry(m, txn, dir, e, ch, nd);
+			}
 		} else if (!e->st.is_dir &&
 		           (strcmp(ch->version, e->st.version) != 0 || ch->size != e->st.size ||
 		            ch->mtime_ns != e->st.mtime_ns)) {
@@ -441,6 +467,7 @@ out_free:
 	kids_free(&k);
 	free(dir);
 	free(ch);
+	free(up);
 	return err;
 }
 

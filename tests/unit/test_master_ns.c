@@ -1105,3 +1105,29 @@ Test(master, sync_finds_new_paths_and_mounts_below_plain_directories)
 	cr_assert_eq(mst_ns_resolve(m, "/x/deep/later.txt", &i, &em), 0,
 	             "the recursive sync did not reach /x/deep: %s", em.text);
 }
+
+/* A mount nested in a directory of another mount's store stays when that
+ * directory leaves the store or becomes a file there: the directory is
+ * kept for it (the mount went with the directory's subtree, and the outer
+ * store's entry then showed at its path). */
+Test(master, a_nested_mount_outlives_its_store_directory)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	uint64_t dirs;
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0, "%s", em.text);
+	cr_assert_eq(mount("/data/sub/in", store2, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/in/inner.txt", &ino, &em), 0, "%s", em.text);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/sub", store);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(mst_ns_sync(m, "/data", true, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/in/inner.txt", &ino, &em), 0,
+	             "the nested mount went with its directory: %s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), -ENOENT,
+	             "the rest of the directory stays");
+	put_file(store, "sub", "now a file");
+	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/in/inner.txt", &ino, &em), 0, "%s", em.text);
+}
