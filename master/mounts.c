@@ -448,6 +448,41 @@ out_mount:
 	return err;
 }
 
+static int any_child(void *arg, const char *name, size_t nlen, uint64_t id)
+{
+	(void)name;
+	(void)nlen;
+	(void)id;
+	*(bool *)arg = true;
+	return 1;
+}
+
+/* Delete a mount's tree below root, and then the plain directories made on
+ * the way to it (mst_mount_add) that nothing else is in: left, they would
+ * keep a later mount from taking their path, or "/". */
+static int drop_mount_tree(mst_master *m, MDB_txn *txn, uint64_t root)
+{
+	mst_inode *ino = malloc(sizeof(*ino));
+	if (!ino)
+		return -ENOMEM;
+	uint64_t up = mst_inode_get(m, txn, root, ino) == 0 ? ino->parent : 0;
+	int err = mst_inode_del_tree(m, txn, root);
+	if (err == -ENOENT)
+		err = 0;
+	while (!err && up && up != MST_ROOT_INO && mst_inode_get(m, txn, up, ino) == 0 &&
+	       ino->type == MST_DIR && ino->mount_id == 0 && !ino->mount_point) {
+		bool busy = false;
+		err = mst_children_each(m, txn, up, NULL, any_child, &busy);
+		if (err || busy)
+			break;
+		uint64_t next = ino->parent;
+		err = mst_inode_del_tree(m, txn, up);
+		up = next;
+	}
+	free(ino);
+	return err;
+}
+
 int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 {
 	int err = mst_path_check(path, strlen(path), em);
@@ -530,9 +565,7 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 		}
 		free(root);
 	} else if (!err) {
-		err = mst_inode_del_tree(m, txn, mt->root_ino);
-		if (err == -ENOENT)
-			err = 0;
+		err = drop_mount_tree(m, txn, mt->root_ino);
 	}
 	if (err) {
 		mdb_txn_abort(txn);

@@ -1131,3 +1131,21 @@ Test(master, a_nested_mount_outlives_its_store_directory)
 	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
 	cr_assert_eq(mst_ns_resolve(m, "/data/sub/in/inner.txt", &ino, &em), 0, "%s", em.text);
 }
+
+/* Unmounting takes the plain directories made on the way to the mount
+ * with it when nothing else is in them: /x used to stay, and keep a mount
+ * of /x, or of /, from being made. */
+Test(master, unmount_takes_the_directories_made_for_the_mount)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	cr_assert_eq(mount("/x/y/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mount("/x/other", store2, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_mount_remove(m, "/x/y/data", &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/x/y", &ino, &em), -ENOENT, "/x/y was left");
+	cr_assert_eq(mst_ns_resolve(m, "/x/other/inner.txt", &ino, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_mount_remove(m, "/x/other", &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/x", &ino, &em), -ENOENT, "/x was left");
+	cr_assert_eq(mount("/", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/a.txt", &ino, &em), 0, "%s", em.text);
+}
