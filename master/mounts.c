@@ -365,6 +365,24 @@ int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id_out, cis_e
 	err = mst_store_next_id(m, txn, "next_mount", &mt->id);
 	if (err)
 		goto out_txn;
+	if (i < nc) {
+		/* A listing may have changed the namespace since it was looked
+		 * at (mount_op_lock keeps other mounts out, not listings): the
+		 * parent must still be there, the name still free. */
+		mst_inode *chk = malloc(sizeof(*chk));
+		uint64_t taken;
+		err = chk ? mst_inode_get(m, txn, cur->id, chk) : -ENOMEM;
+		free(chk);
+		if (!err && mst_child_get(m, txn, cur->id, comps[i], &taken) != -ENOENT)
+			err = -EEXIST;
+		if (err == -ENOENT || err == -EEXIST) {
+			cis_fail(em, -EAGAIN, "%s: the namespace changed meanwhile, try again",
+			         mt->path);
+			err = -EAGAIN;
+		}
+		if (err)
+			goto out_txn;
+	}
 	int64_t now = cis_wall_ns();
 	for (; i < nc; i++) {
 		mst_inode *d = malloc(sizeof(*d));
