@@ -217,8 +217,16 @@ static int list_store(mst_master *m, mst_mount *mt, const char *key, struct list
 		}
 		for (size_t i = 0; i < pg.n; i++) {
 			const char *nm = pg.entries[i].name;
-			if (mst_name_check(nm, strlen(nm), NULL) != 0)
-				continue; /* a key no file system could show */
+			if (mst_name_check(nm, strlen(nm), NULL) != 0) {
+				/* a key no file system could show (a component
+				 * over 255 bytes): said, not lost in silence */
+				cis_log_limited(CIS_LOG_WARN, "ns-skip", 10,
+				                "store entry left out: its name cannot be a path "
+				                "component",
+				                "uri=%s dir=\"%.200s\" name_bytes=%zu", mt->uri,
+				                key, strlen(nm));
+				continue;
+			}
 			if (l->n == l->cap) {
 				size_t cap = l->cap ? l->cap * 2 : 256;
 				cis_ufs_entry *ne = realloc(l->e, cap * sizeof(*ne));
@@ -406,6 +414,11 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		if (c < 0) {
 			if (key_fits(dir, &l->e[i]))
 				err = add_entry(m, txn, dir, &l->e[i], ch, nd);
+			else
+				cis_log_limited(CIS_LOG_WARN, "ns-skip", 10,
+				                "store entry left out: its path is over 4096 bytes",
+				                "dir=\"%.200s\" name_bytes=%zu", dir->key,
+				                strlen(l->e[i].name));
 			i++;
 			continue;
 		}
