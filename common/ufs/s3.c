@@ -795,9 +795,10 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 			                what, cis_strerror(r->sink_rc));
 		if (r->bad_range)
 			return cis_fail(em, -CIS_E_STORE,
-			                "%s: 206 reply with content-range \"%s\", asked for bytes "
+			                "%s: %ld reply with content-range \"%s\", asked for bytes "
 			                "%" PRIu64 "-%" PRIu64,
-			                what, r->cr_text, r->win_off, r->win_off + r->win_len - 1);
+			                what, r->status, r->cr_text, r->win_off,
+			                r->win_off + r->win_len - 1);
 		if (r->overrun)
 			return cis_fail(em, -CIS_E_STORE,
 			                "%s: 206 reply body longer than its content-range \"%s\"",
@@ -1543,15 +1544,17 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		cis_fail(em, 0, "%s", "");
 		goto out;
 	}
-	if (rc == 0 && r.status == 206 && !r.have_cr && !r.window_done) {
+	if (rc == 0 && ((r.status == 206 && !r.have_cr && !r.window_done) ||
+	                (r.status != 200 && r.status != 206))) {
 		/* on_body refuses such a reply at its first byte; one with no
-		 * body would otherwise pass as a read of zero bytes, the end. */
+		 * body (a 204, a 206 without a range) would otherwise pass as
+		 * a read of zero bytes, the end. */
 		char what[600];
 		what_of(s, key, what, sizeof(what));
 		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: 206 reply with content-range \"%s\", asked for bytes "
+		              "%s: %ld reply with content-range \"%s\", asked for bytes "
 		              "%" PRIu64 "-%" PRIu64,
-		              what, r.cr_text, r.win_off, r.win_off + r.win_len - 1);
+		              what, r.status, r.cr_text, r.win_off, r.win_off + r.win_len - 1);
 	}
 	if (rc == 0 && r.status == 206 &&
 	    ((r.have_cl && r.delivered != r.content_length) ||

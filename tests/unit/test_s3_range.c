@@ -178,6 +178,9 @@ Test(s3_range, short_range_not_at_the_end_refused)
 	set_reply("203 Non-Authoritative Information", NULL, "0123456789");
 	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE);
 	cr_assert_eq(s.n, 0, "a 203's body delivered as the window");
+	cr_assert(strstr(em.text, "203 reply"), "%s", em.text);
+	set_reply("204 No Content", NULL, "");
+	cr_assert_eq(s3_get(10, 10, &s, &em), -CIS_E_STORE, "a 204 passed for the end");
 }
 
 /* A store asking to slow down (503 SlowDown) is tried 10 times, one that
