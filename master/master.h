@@ -65,6 +65,12 @@ typedef struct mst_mount {
 	uint64_t sync_interval_ms; /* 0: listed once, refreshed only by sync */
 	bool read_only;
 	cis_ufs *ufs;
+	/* The last refresh of a directory listed before failed: until
+	 * refresh_retry_ms (monotonic) such directories are served as last
+	 * listed, and no lookup waits on a refresh in flight while it fails.
+	 * Under m->flight_lock (ns.c). */
+	bool refresh_failing;
+	uint64_t refresh_retry_ms;
 } mst_mount;
 
 typedef struct mst_flight mst_flight;
@@ -101,11 +107,6 @@ typedef struct mst_master {
 
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
 	pthread_cond_t flight_cond;
-	/* Directories whose refresh failed lately, by id modulo the size:
-	 * served as last listed until then (ns.c). Under flight_lock. */
-	struct {
-		uint64_t dir, until_ms;
-	} refresh_waits[64];
 	mst_flight *flights;
 
 	mst_workers *workers;

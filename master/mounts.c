@@ -435,16 +435,22 @@ int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id_out, cis_e
 		err = rc == MDB_MAP_FULL ? -ENOSPC : -CIS_E_INTERNAL;
 		goto out_txn;
 	}
-	err = mst_txn_commit(txn);
-	if (err) {
-		cis_fail(em, err, "lmdb: cannot commit the mount");
-		goto out_cur;
-	}
+	/* In the table before its inodes are committed: a listing of the
+	 * outer store's directory that commits next must see the new mount
+	 * below it (holds_mount), or it could take the mount point away. */
 	pthread_mutex_lock(&m->mounts_lock);
 	err = mounts_append(m, mt);
 	pthread_mutex_unlock(&m->mounts_lock);
 	if (err)
-		goto out_cur; /* committed; it will be loaded at the next start */
+		goto out_txn;
+	err = mst_txn_commit(txn);
+	if (err) {
+		pthread_mutex_lock(&m->mounts_lock);
+		m->nmounts--; /* the last one: mount_op_lock kept others out */
+		pthread_mutex_unlock(&m->mounts_lock);
+		cis_fail(em, err, "lmdb: cannot commit the mount: %s", cis_strerror(err));
+		goto out_cur;
+	}
 	cis_info("mount added", "path=%s uri=%s id=%llu", mt->path, cis_ufs_uri(mt->ufs),
 	         (unsigned long long)mt->id);
 	if (id_out)
@@ -496,6 +502,16 @@ static int drop_mount_tree(mst_master *m, MDB_txn *txn, uint64_t root)
 		uint64_t next = ino->parent;
 		err = mst_inode_del_tree(m, txn, up);
 		up = next;
+	}
+	/* A store directory kept for the mount (ns.c: holds_mount) is its
+	 * store's again: it and the store directories above it, up to their
+	 * mount's root, are listed afresh when next looked at. */
+	while (!err && up && mst_inode_get(m, txn, up, ino) == 0 && ino->mount_id != 0) {
+		ino->listed_ns = 0;
+		err = mst_inode_put(m, txn, ino);
+		if (ino->mount_point)
+			break;
+		up = ino->parent;
 	}
 	free(ino);
 	return err;

@@ -364,24 +364,49 @@ static int add_entry(mst_master *m, MDB_txn *txn, const mst_inode *dir, const ci
 	return err;
 }
 
-/* Whether directory id holds a mount point below it (a mount nested in a
- * directory of another's store): such a directory stays, whatever the
- * store says of it, or the nested mount would go with it. */
-static bool holds_mount(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *scratch)
+/* The directories on the way to the mount roots (their ancestors), read
+ * once per listing that drops or retypes a directory. */
+struct mount_ways {
+	uint64_t *ids;
+	size_t n;
+	bool read, failed;
+};
+
+static void mount_ways_read(mst_master *m, MDB_txn *txn, struct mount_ways *w, mst_inode *scratch)
 {
-	bool held = false;
+	w->read = true;
 	pthread_mutex_lock(&m->mounts_lock);
-	for (size_t i = 0; i < m->nmounts && !held; i++) {
+	for (size_t i = 0; i < m->nmounts && !w->failed; i++) {
 		uint64_t at = m->mounts[i]->root_ino;
-		for (int hops = 0; at && at != MST_ROOT_INO && hops < 4096 && !held; hops++) {
+		for (int hops = 0; at && at != MST_ROOT_INO && hops < 4096; hops++) {
 			if (mst_inode_get(m, txn, at, scratch))
 				break;
 			at = scratch->parent;
-			held = at == id;
+			uint64_t *n = realloc(w->ids, (w->n + 1) * sizeof(*n));
+			if (!n) {
+				w->failed = true;
+				break;
+			}
+			w->ids = n;
+			w->ids[w->n++] = at;
 		}
 	}
 	pthread_mutex_unlock(&m->mounts_lock);
-	return held;
+}
+
+/* Whether directory id holds a mount point below it (a mount nested in a
+ * directory of another's store): such a directory stays, whatever the
+ * store says of it, or the nested mount would go with it. Kept too when
+ * the ways could not be read (out of memory): nothing is lost. */
+static bool holds_mount(mst_master *m, MDB_txn *txn, uint64_t id, struct mount_ways *w,
+                        mst_inode *scratch)
+{
+	if (!w->read)
+		mount_ways_read(m, txn, w, scratch);
+	for (size_t i = 0; i < w->n; i++)
+		if (w->ids[i] == id)
+			return true;
+	return w->failed;
 }
 
 /* Merge the sorted store listing with the sorted children in one write
@@ -394,6 +419,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 {
 	MDB_txn *txn;
 	struct kids k = {0};
+	struct mount_ways ways = {0};
 	mst_inode *dir = malloc(sizeof(*dir)), *ch = malloc(sizeof(*ch)), *up = malloc(sizeof(*up));
 	int err = (!dir || !ch || !up) ? -ENOMEM : mst_txn_begin(m, true, &txn);
 	if (err)
@@ -427,7 +453,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 			break;
 		if (c > 0) {
 			if (!ch->mount_point && ch->mount_id == dir->mount_id &&
-			    (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, up)))
+			    (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, &ways, up)))
 				err = mst_inode_del_tree(m, txn, ch->id);
 			j++;
 			continue;
@@ -441,7 +467,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 			/* A new inode: what a client cached of the old one (a
 			 * link's text among it) stays with the old one. A
 			 * directory that holds a nested mount hides the entry. */
-			if (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, up)) {
+			if (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, &ways, up)) {
 				err = mst_inode_del_tree(m, txn, ch->id);
 				if (!err)
 					err = add_entry(m, txn, dir, e, ch, nd);
@@ -481,6 +507,7 @@ out_free:
 	free(dir);
 	free(ch);
 	free(up);
+	free(ways.ids);
 	return err;
 }
 
@@ -547,16 +574,9 @@ static bool store_wait_refused_now(void)
 
 /* A directory listed before whose refresh fails is served as it was last
  * listed (the store is down or refusing: what the namespace and the
- * workers hold still reads), and not listed again for this long. */
+ * workers hold still reads), and its mount's directories are not listed
+ * again for this long. */
 #define REFRESH_RETRY_MS 5000
-
-/* Whether dir's refresh failed less than REFRESH_RETRY_MS ago. Caller
- * holds m->flight_lock. */
-static bool refresh_waits(mst_master *m, uint64_t dir)
-{
-	size_t slot = dir % (sizeof(m->refresh_waits) / sizeof(m->refresh_waits[0]));
-	return m->refresh_waits[slot].dir == dir && m->refresh_waits[slot].until_ms > cis_mono_ms();
-}
 
 /* depth: levels below a listing a client asked for (0: asked for). */
 static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int depth, cis_errmsg *em)
@@ -570,7 +590,8 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		return 0;
 	bool stale_ok = !force && dir->listed_ns != 0;
 	pthread_mutex_lock(&m->flight_lock);
-	if (stale_ok && refresh_waits(m, dir->id)) {
+	bool failing = stale_ok && mt->refresh_failing;
+	if (failing && mt->refresh_retry_ms > cis_mono_ms()) {
 		pthread_mutex_unlock(&m->flight_lock);
 		return 0;
 	}
@@ -585,13 +606,17 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 			f = f->next;
 		if (!f)
 			break;
+		if (failing) { /* the store fails: no wait on another try */
+			pthread_mutex_unlock(&m->flight_lock);
+			return 0;
+		}
 		/* Someone is listing it: wait for that result. A forced sync
 		 * waits and then lists again (the flight may predate the change
 		 * the caller wants to see). */
 		f->refs++;
 		while (!f->done)
 			pthread_cond_wait(&m->flight_cond, &m->flight_lock);
-		int rc = f->rc;
+		int rc = stale_ok ? 0 : f->rc; /* served as last listed, as the leader's is */
 		if (rc && em)
 			*em = f->em;
 		if (--f->refs == 0)
@@ -620,15 +645,19 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		cis_counter_inc(m->c_lists_ahead);
 
 	pthread_mutex_lock(&m->flight_lock);
-	if (rc && stale_ok) {
-		size_t slot = dir->id % (sizeof(m->refresh_waits) / sizeof(m->refresh_waits[0]));
-		m->refresh_waits[slot].dir = dir->id;
-		m->refresh_waits[slot].until_ms = cis_mono_ms() + REFRESH_RETRY_MS;
-		cis_warn("directory refresh failed: serving it as last listed",
-		         "dir=%llu retry_in_ms=%d: %s", (unsigned long long)dir->id,
-		         REFRESH_RETRY_MS, cis_errmsg_or(&f->em, rc));
-		rc = 0;
+	if (!rc) {
+		mt->refresh_failing = false;
+	} else if (dir->listed_ns && rc != -ECANCELED) {
+		mt->refresh_failing = true;
+		mt->refresh_retry_ms = cis_mono_ms() + REFRESH_RETRY_MS;
+		cis_log_limited(CIS_LOG_WARN, "ns-refresh", 10,
+		                "directory refresh failed: its mount's listed directories are "
+		                "served as last listed",
+		                "dir=%llu retry_in_ms=%d: %s", (unsigned long long)dir->id,
+		                REFRESH_RETRY_MS, cis_errmsg_or(&f->em, rc));
 	}
+	if (rc && stale_ok)
+		rc = 0;
 	for (mst_flight **pp = &m->flights; *pp; pp = &(*pp)->next)
 		if (*pp == f) {
 			*pp = f->next;
@@ -1039,7 +1068,10 @@ static int sync_resolve(mst_master *m, const char *path, mst_inode *ino, cis_err
 	int err;
 	if (!real)
 		return -ENOMEM;
-	while ((err = mst_ns_realpath(m, path, true, real, ino, em)) == -ENOENT) {
+	/* bounded: a store changing under it could send it back and forth */
+	for (int tries = 0;
+	     (err = mst_ns_realpath(m, path, true, real, ino, em)) == -ENOENT && tries < 64;
+	     tries++) {
 		free(up);
 		up = strdup(path);
 		if (!up) {

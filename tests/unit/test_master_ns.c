@@ -1130,6 +1130,11 @@ Test(master, a_nested_mount_outlives_its_store_directory)
 	put_file(store, "sub", "now a file");
 	cr_assert_eq(mst_ns_sync(m, "/data", false, &dirs, &em), 0, "%s", em.text);
 	cr_assert_eq(mst_ns_resolve(m, "/data/sub/in/inner.txt", &ino, &em), 0, "%s", em.text);
+	/* Unmounted, the store has its say again (sync interval 0: only
+	 * because the unmount marks the directories on the way for listing). */
+	cr_assert_eq(mst_mount_remove(m, "/data/sub/in", &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub", &ino, &em), 0, "%s", em.text);
+	cr_assert_eq(ino.type, MST_FILE, "the directory kept for the mount stayed");
 }
 
 /* Unmounting takes the plain directories made on the way to the mount
