@@ -492,15 +492,18 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 	if (err) {
 		mdb_txn_abort(txn);
 		nd->n = 0;
-		cis_fail(em, err, "storing the listing of inode %llu: %s",
-		         (unsigned long long)dir_id, cis_strerror(err));
+		cis_fail(em, err, "storing the listing of inode %llu: %s%s",
+		         (unsigned long long)dir_id, cis_strerror(err),
+		         err == -ENOSPC ? " (the master's LMDB map is full: raise --map-size)"
+		                        : "");
 		goto out_free;
 	}
 	err = mst_txn_commit(txn);
 	if (err) {
 		nd->n = 0;
 		cis_fail(em, err, "storing a listing of %zu entries: %s%s", l->n, cis_strerror(err),
-		         err == -ENOSPC ? " (the master's data directory is full)" : "");
+		         err == -ENOSPC ? " (the master's data directory or its LMDB map is full)"
+		                        : "");
 	}
 out_free:
 	kids_free(&k);
