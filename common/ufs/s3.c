@@ -714,6 +714,16 @@ static int http_error(const struct s3 *s, const struct req *r, const char *what,
 
 	if (!strcmp(code, "NoSuchBucket")) {
 		err = -CIS_E_NOBUCKET;
+	} else if (!strcmp(code, "ExpiredToken") || !strcmp(code, "InvalidToken") ||
+	           !strcmp(code, "TokenRefreshRequired")) {
+		/* 400 from S3: temporary credentials are read once, at the
+		 * mount's open */
+		err = -CIS_E_DENIED;
+		hint = " (the session token has expired or is not valid: give the mount new "
+		       "credentials)";
+	} else if (r->status == 403 && !strcmp(code, "RequestTimeTooSkewed")) {
+		err = -CIS_E_DENIED;
+		hint = " (this host's clock is off: set it right, e.g. with NTP)";
 	} else if (r->status == 404) {
 		err = -ENOENT;
 	} else if (r->status == 401 || r->status == 403) {

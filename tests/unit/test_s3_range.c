@@ -204,6 +204,25 @@ Test(s3_range, slow_down_is_waited_out_longer_than_a_store_that_is_down, .timeou
 	cr_assert(strstr(em.text, "SlowDown"), "%s", em.text);
 }
 
+/* An expired session token and a skewed clock say so, not "check
+ * access_key and secret_key" or a bare store error. */
+Test(s3_range, expired_token_and_skewed_clock_named)
+{
+	cis_errmsg em = {{0}};
+	sink s;
+
+	set_reply("400 Bad Request", NULL,
+	          "<Error><Code>ExpiredToken</Code><Message>The provided token has expired."
+	          "</Message></Error>");
+	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_DENIED);
+	cr_assert(strstr(em.text, "session token has expired"), "%s", em.text);
+	set_reply("403 Forbidden", NULL,
+	          "<Error><Code>RequestTimeTooSkewed</Code><Message>The difference between "
+	          "the request time and the current time is too large.</Message></Error>");
+	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_DENIED);
+	cr_assert(strstr(em.text, "clock is off"), "%s", em.text);
+}
+
 Test(s3_range, range_past_the_window_refused)
 {
 	cis_errmsg em = {{0}};
