@@ -945,16 +945,22 @@ static int vanish_fn(void *arg, const char *path, const mst_inode *f)
 	return 0;
 }
 
-Test(jobs, walk_goes_on_when_a_listed_file_leaves)
+/* The store's directory big with n files f000, f001, ... */
+static void make_big(int n)
 {
 	char big[400];
 	snprintf(big, sizeof(big), "%s/big", store);
 	mkdir(big, 0755);
-	for (int i = 0; i < 200; i++) {
-		char n[32];
-		snprintf(n, sizeof(n), "f%03d", i);
-		put_file(big, n, "x");
+	for (int i = 0; i < n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%03d", i);
+		put_file(big, name, "x");
 	}
+}
+
+Test(jobs, walk_goes_on_when_a_listed_file_leaves)
+{
+	make_big(200);
 	struct vanish v = {0};
 	cis_errmsg em = {{0}};
 	cr_assert_eq(mst_walk(m, "/m/big", true, vanish_fn, NULL, &v, &em), 0, "%s", em.text);
@@ -991,14 +997,7 @@ static int count_dir_errors(void *arg, const char *path, int code, const char *m
 
 Test(jobs, walk_goes_on_when_a_directory_leaves_between_pages)
 {
-	char big[400];
-	snprintf(big, sizeof(big), "%s/big", store);
-	mkdir(big, 0755);
-	for (int i = 0; i < 100; i++) {
-		char n[32];
-		snprintf(n, sizeof(n), "f%03d", i);
-		put_file(big, n, "x");
-	}
+	make_big(100);
 	int n = 0;
 	cis_errmsg em = {{0}};
 	cr_assert_eq(mst_walk(m, "/m", true, remove_big_at_64, count_dir_errors, &n, &em), 0, "%s",
