@@ -502,8 +502,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 	if (err) {
 		nd->n = 0;
 		cis_fail(em, err, "storing a listing of %zu entries: %s%s", l->n, cis_strerror(err),
-		         err == -ENOSPC ? " (the master's data directory or its LMDB map is full)"
-		                        : "");
+		         err == -ENOSPC ? " (the master's data directory is full)" : "");
 	}
 out_free:
 	kids_free(&k);
