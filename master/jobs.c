@@ -1885,123 +1885,118 @@ int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em)
 	return err;
 }
 
-/* Whether a load's blocks are still wanted: while it runs, and after it
- * finished for its TTL (forever without one). */
-static bool load_live(mst_master *m, json_t *o, const char *path, int64_t now_ns)
+/* Whether load e's blocks are still wanted: while it runs, and after it
+ * finished done for its TTL (forever without one). */
+static bool load_live(mst_master *m, const struct ended *e, int64_t now_ns)
 {
-	const char *st = json_string_value(json_object_get(o, "state"));
-	int64_t fin = json_integer_value(json_object_get(o, "finished_ns"));
-	if (!st || !path)
-		return false;
-	if (!strcmp(st, "running"))
+	if (e->state == JOB_RUNNING)
 		return true;
 	mst_policy pol;
-	return !strcmp(st, "done") && mst_policy_resolve(m, path, &pol) == 0 &&
-	       (pol.ttl_s <= 0 || fin + pol.ttl_s * 1000000000LL > now_ns);
+	return e->state == JOB_DONE && mst_policy_resolve(m, e->path, &pol) == 0 &&
+	       (pol.ttl_s <= 0 || e->finished_ns + pol.ttl_s * 1000000000LL > now_ns);
 }
 
 enum newer_load { NEWER_NONE, NEWER_COVERS, NEWER_WAIT };
 
-/* A load newer than old whose blocks are still wanted: a finished one of
- * old's path or above it (its own expiry frees old's blocks too), or one
- * still running, or one inside old's path (old's free would take its
- * blocks: it waits). */
-static enum newer_load newer_load(mst_master *m, json_t *all, json_t *old, const char *path,
-                                  int64_t now_ns)
+/* A load of all[0..n) newer than old whose blocks are still wanted: a
+ * finished one of old's path or above it (its own expiry frees old's
+ * blocks too), or one still running, or one inside old's path (old's free
+ * would take its blocks: it waits). */
+static enum newer_load newer_load(mst_master *m, const struct ended *all, size_t n,
+                                  const struct ended *old, int64_t now_ns)
 {
-	json_int_t id = json_integer_value(json_object_get(old, "id"));
 	enum newer_load r = NEWER_NONE;
-	size_t i;
-	json_t *o;
-	json_array_foreach(all, i, o)
-	{
-		const char *type = json_string_value(json_object_get(o, "type"));
-		if (json_integer_value(json_object_get(o, "id")) <= id || !type ||
-		    strcmp(type, "load"))
+	for (size_t i = 0; i < n && r != NEWER_COVERS; i++) {
+		const struct ended *o = &all[i];
+		if (o->id <= old->id || !load_live(m, o, now_ns))
 			continue;
-		char *p = cis_json_get_text(o, "path");
-		if (p && load_live(m, o, p, now_ns)) {
-			bool running = !strcmp(json_string_value(json_object_get(o, "state")) ?: "",
-			                       "running");
-			if (path_within(p, path) && !running)
-				r = NEWER_COVERS;
-			else if (r != NEWER_COVERS &&
-			         (path_within(p, path) || path_within(path, p)))
-				r = NEWER_WAIT; /* a running one may yet fail or be cancelled */
-		}
-		free(p);
-		if (r == NEWER_COVERS)
-			break;
+		if (path_within(o->path, old->path) && o->state != JOB_RUNNING)
+			r = NEWER_COVERS;
+		else if (path_within(o->path, old->path) || path_within(old->path, o->path))
+			r = NEWER_WAIT; /* a running one may yet fail or be cancelled */
 	}
 	return r;
 }
 
-/* Expire the finished load o of path if its TTL has passed: mark it, and
- * free its blocks unless a newer load still wants them. */
-static void expire_one(mst_master *m, json_t *all, json_t *o, const char *path, int64_t fin,
+/* Expire the finished load e if its TTL has passed: mark it, and free its
+ * blocks unless a newer load of all[0..n) still wants them. */
+static void expire_one(mst_master *m, const struct ended *all, size_t n, const struct ended *e,
                        int64_t now_ns, uint64_t *started)
 {
-	mst_policy pol;
-	if (mst_policy_resolve(m, path, &pol) || pol.ttl_s <= 0 ||
-	    fin + pol.ttl_s * 1000000000LL > now_ns)
+	if (due_at(m, e->path, e->finished_ns) > now_ns)
 		return;
-	enum newer_load newer = newer_load(m, all, o, path, now_ns);
+	enum newer_load newer = newer_load(m, all, n, e, now_ns);
 	if (newer == NEWER_WAIT)
 		return; /* decided once that one ends or expires */
-	uint64_t id = (uint64_t)json_integer_value(json_object_get(o, "id"));
 	/* mark first: a crash between the two leaves blocks cached, never
 	 * frees twice */
 	struct mst_jobs *js = m->jobs;
 	bool marked = false;
 	pthread_mutex_lock(&js->lock);
 	for (struct job *j = js->list; j; j = j->next)
-		if (j->id == id) {
+		if (j->id == e->id) {
 			j->expired = true;
 			job_save(j);
 			marked = true;
 		}
 	pthread_mutex_unlock(&js->lock);
 	pthread_mutex_lock(&js->ended_lock);
-	ended_drop(js, id);
+	ended_drop(js, e->id);
 	pthread_mutex_unlock(&js->ended_lock);
 	if (!marked) {
-		json_object_set_new(o, "expired", json_true());
-		json_t *full = record_get(m, id);
+		json_t *full = record_get(m, e->id);
 		if (full) {
 			json_object_set_new(full, "expired", json_true());
-			record_put(m, id, full);
+			record_put(m, e->id, full);
 			json_decref(full);
 		}
 	}
 	if (newer == NEWER_COVERS) {
-		cis_info("ttl expired, blocks kept for a newer load", "path=%s load_job=%llu", path,
-		         (unsigned long long)id);
+		cis_info("ttl expired, blocks kept for a newer load", "path=%s load_job=%llu",
+		         e->path, (unsigned long long)e->id);
 		return;
 	}
-	mst_job_req r = {.type = "free", .path = path, .keep_pinned = true};
+	mst_job_req r = {.type = "free", .path = e->path, .keep_pinned = true};
 	uint64_t fid;
 	cis_errmsg em = {{0}};
 	if (mst_job_submit(m, &r, &fid, &em) == 0) {
 		(*started)++;
-		cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", path,
-		         (unsigned long long)id, (unsigned long long)fid);
+		cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", e->path,
+		         (unsigned long long)e->id, (unsigned long long)fid);
 	}
 }
 
-/* A load as newer_load and expire_one read it. */
-static json_t *load_summary(uint64_t id, const char *path, int state, int64_t fin)
+/* Append a copy of load (its own path) to *v; false when out of memory. */
+static bool loads_push(struct ended **v, size_t *n, size_t *cap, struct ended load)
 {
-	json_t *o = json_pack("{s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "type", "load", "state",
-	                      state_names[state], "finished_ns", (json_int_t)fin);
-	if (o)
-		(void)cis_json_set_text(o, "path", path);
-	return o;
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 16;
+		struct ended *nv = realloc(*v, c * sizeof(*nv));
+		if (!nv)
+			return false;
+		*v = nv;
+		*cap = c;
+	}
+	if (!(load.path = strdup(load.path)))
+		return false;
+	(*v)[(*n)++] = load;
+	return true;
+}
+
+static void loads_free(struct ended *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i].path);
+	free(v);
 }
 
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 {
 	struct mst_jobs *js = m->jobs;
-	json_t *due = json_array(), *all = json_array();
+	/* copies: expire_one drops ended entries (and their paths) as it goes */
+	struct ended *due = NULL, *all = NULL;
+	size_t ndue = 0, duecap = 0, nall = 0, allcap = 0;
+	bool ok = true;
 	*started = 0;
 	pthread_mutex_lock(&js->ended_lock);
 	uint64_t gen = atomic_load(&m->policy_gen); /* before the policies are read */
@@ -2010,15 +2005,12 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 			js->ended[i].due_ns =
 			    due_at(m, js->ended[i].path, js->ended[i].finished_ns);
 	js->ended_gen = gen;
-	for (size_t i = 0; i < js->nended; i++) {
-		const struct ended *e = &js->ended[i];
-		if (e->due_ns <= now_ns)
-			json_array_append_new(
-			    due, load_summary(e->id, e->path, e->state, e->finished_ns));
-	}
+	for (size_t i = 0; i < js->nended && ok; i++)
+		if (js->ended[i].due_ns <= now_ns)
+			ok = loads_push(&due, &ndue, &duecap, js->ended[i]);
 	pthread_mutex_unlock(&js->ended_lock);
-	if (!json_array_size(due))
-		goto out;
+	if (!ndue || !ok)
+		goto out; /* out of memory: tried again in a second */
 	/* The loads whose blocks may be wanted still: running ones (one the
 	 * master's stop put on hold too, not one the user cancelled) and the
 	 * ended ones. Nothing expires while the master stops: a free taken
@@ -2026,32 +2018,21 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 	 * resumed. */
 	pthread_mutex_lock(&js->lock);
 	bool stopping = js->stopping;
-	for (struct job *j = js->list; j; j = j->next)
+	for (struct job *j = js->list; j && ok; j = j->next)
 		if (j->state == JOB_RUNNING && !j->cancel_asked && !strcmp(j->type, "load"))
-			json_array_append_new(all, load_summary(j->id, j->path, JOB_RUNNING, 0));
+			ok = loads_push(
+			    &all, &nall, &allcap,
+			    (struct ended){.id = j->id, .path = j->path, .state = JOB_RUNNING});
 	pthread_mutex_unlock(&js->lock);
-	if (stopping)
-		goto out;
 	pthread_mutex_lock(&js->ended_lock);
-	for (size_t i = 0; i < js->nended; i++) {
-		const struct ended *e = &js->ended[i];
-		json_array_append_new(all, load_summary(e->id, e->path, e->state, e->finished_ns));
-	}
+	for (size_t i = 0; i < js->nended && ok; i++)
+		ok = loads_push(&all, &nall, &allcap, js->ended[i]);
 	pthread_mutex_unlock(&js->ended_lock);
-	size_t i;
-	json_t *o;
-	json_array_foreach(due, i, o)
-	{
-		char *path = cis_json_get_text(o, "path");
-		if (path)
-			expire_one(m, all, o, path,
-			           json_integer_value(json_object_get(o, "finished_ns")), now_ns,
-			           started);
-		free(path);
-	}
+	for (size_t i = 0; i < ndue && ok && !stopping; i++)
+		expire_one(m, all, nall, &due[i], now_ns, started);
 out:
-	json_decref(due);
-	json_decref(all);
+	loads_free(due, ndue);
+	loads_free(all, nall);
 	return 0;
 }
 
