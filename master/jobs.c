@@ -620,19 +620,35 @@ static bool file_pinned(const struct job *j, const char *path)
 	return !strcmp(j->type, "pin");
 }
 
-/* Pin (or unpin) n blocks of ids on worker wid. Not among the job's
- * calls: a cancel of the load does not undo what its loaded blocks need.
- * A failure is logged (the worker is gone or going: its copies with it). */
-static int send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, size_t n, bool pin)
+/* Pin (or unpin) n blocks of ids on worker wid, with calls of cancel;
+ * *changed (may be NULL): the blocks the worker changed. */
+static int pin_call(mst_master *m, uint64_t wid, cis_rpc_cancel *cancel, ProtobufCBinaryData *ids,
+                    size_t n, bool pin, uint64_t *changed, cis_errmsg *em)
 {
 	Cis__PinRequest rq = CIS__PIN_REQUEST__INIT;
 	cis_rpc_result res = {.fd = -1};
-	cis_errmsg em = {{0}};
 	rq.n_ids = n;
 	rq.ids = ids;
 	rq.pin = pin;
-	int err = mst_wcall_in(j->js->m, wid, NULL, CIS_MSG_WORKER_PIN, &rq.base, &res, 10000, &em);
+	int err = mst_wcall_in(m, wid, cancel, CIS_MSG_WORKER_PIN, &rq.base, &res, 60000, em);
+	Cis__PinReply *r = NULL;
+	if (!err && changed &&
+	    !cis_msg_unpack(&cis__pin_reply__descriptor, res.msg, res.msg_len,
+	                    (ProtobufCMessage **)&r)) {
+		*changed += r->changed;
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+	}
 	cis_rpc_result_free(&res);
+	return err;
+}
+
+/* pin_call for a load's answered blocks: not among the job's calls (a
+ * cancel of the load does not undo what its loaded blocks need). A
+ * failure is logged (the worker is gone or going: its copies with it). */
+static int send_pins(struct job *j, uint64_t wid, ProtobufCBinaryData *ids, size_t n, bool pin)
+{
+	cis_errmsg em = {{0}};
+	int err = pin_call(j->js->m, wid, NULL, ids, n, pin, NULL, &em);
 	if (err)
 		cis_warn("load: a pin change not passed on", "job=%llu worker=%llu blocks=%zu: %s",
 		         (unsigned long long)j->id, (unsigned long long)wid, n,
@@ -1148,18 +1164,8 @@ static void bcast_flush(struct bcast *b)
 				protobuf_c_message_free_unpacked(&r->base, NULL);
 			}
 		} else {
-			Cis__PinRequest rq = CIS__PIN_REQUEST__INIT;
-			rq.n_ids = b->n;
-			rq.ids = b->ids;
-			rq.pin = !strcmp(j->type, "pin");
-			err = mst_wcall_in(m, b->live[w], j->calls, CIS_MSG_WORKER_PIN, &rq.base,
-			                   &res, 60000, &em);
-			Cis__PinReply *r = NULL;
-			if (!err && !cis_msg_unpack(&cis__pin_reply__descriptor, res.msg,
-			                            res.msg_len, (ProtobufCMessage **)&r)) {
-				b->done += r->changed;
-				protobuf_c_message_free_unpacked(&r->base, NULL);
-			}
+			err = pin_call(m, b->live[w], j->calls, b->ids, b->n,
+			               !strcmp(j->type, "pin"), &b->done, &em);
 		}
 		cis_rpc_result_free(&res);
 		if (err && err != -ECANCELED) {
