@@ -109,6 +109,18 @@ void cli_trim_path(char *p);
 long long cli_jint(const json_t *o, const char *k);
 const char *cli_jstr(const json_t *o, const char *k);
 
+/* Put connector option KEY=VALUE (arg, with eq at its '=') into opts, the
+ * value val; flag ("--option", "-o") names it in messages, which never
+ * show the value: it may be a secret. 0, or CLI_E_USAGE after saying what
+ * is wrong (a key too long, text JSON cannot carry), or -ENOMEM. */
+int cli_put_option(json_t *opts, const char *what, const char *flag, const char *arg,
+                   const char *eq, const char *val);
+/* A mount's sync interval and block size checked as the master would, so
+ * a typo is a usage error that names flag: 0, or CLI_E_USAGE after saying
+ * what is wrong. */
+int cli_check_sync_interval(const char *what, const char *flag, const char *si);
+int cli_check_block_size(const char *what, const char *flag, const char *bs);
+
 int cli_cmd_mount(cli_ctx *c, int argc, char **argv);
 int cli_cmd_unmount(cli_ctx *c, int argc, char **argv);
 int cli_cmd_mounts(cli_ctx *c, int argc, char **argv);

@@ -114,7 +114,9 @@ typedef struct local_stack {
 	size_t nused;
 	char api[64];
 	int timeout_ms;
-	sigset_t sigs; /* blocked in the supervisor, taken with sigtimedwait */
+	json_t *mount_req;      /* the body of the mount of / (local_mount_request) */
+	uint16_t want_ports[3]; /* --master-port, --worker-port, --fuse-http-port */
+	sigset_t sigs;          /* blocked in the supervisor, taken with sigtimedwait */
 	local_child master, worker, fuse;
 } local_stack;
 
@@ -364,12 +366,14 @@ static bool port_clash(uint16_t p, bool pair, const uint16_t *used, size_t nused
 /* The default when it (and its +1 HTTP neighbour, if pair) is free, else the
  * next free ones above it (below the kernel's ephemeral range, where an
  * outgoing connection could take a port between our check and the daemon's
- * bind), else any free port. Chosen ports are added to used. */
+ * bind; a default given in that range is still tried), else any free port. Chosen ports are added to used. */
 static int pick_port(uint16_t def, bool pair, uint16_t *used, size_t *nused, uint16_t *out)
 {
 	uint16_t p = 0;
 
-	for (unsigned c = def; c < (unsigned)def + 400 && c < 32000; c += pair ? 2 : 1) {
+	for (unsigned c = def;
+	     c < (unsigned)def + 400 && (c == def || c < 32000) && c + (pair ? 1 : 0) <= UINT16_MAX;
+	     c += pair ? 2 : 1) {
 		if (!port_clash((uint16_t)c, pair, used, *nused) && port_free((uint16_t)c) &&
 		    (!pair || port_free((uint16_t)(c + 1)))) {
 			p = (uint16_t)c;
@@ -714,55 +718,94 @@ static bool same_mount_options(const json_t *req, const json_t *m)
 	return true;
 }
 
-/* POST /api/v1/mounts {"path": "/", "uri": URI, "options": {...}}. A mount
- * of / kept from an earlier run (the master's LMDB is in the state dir) is
- * reused when its URI is the same, else replaced. */
-static int mount_root(local_stack *s, cis_errmsg *em)
+/* The -o VALUE of a read_only option: 1, 0, or -1 for neither. */
+static int option_bool(const char *v)
+{
+	static const char *const yes[] = {"true", "1", "yes", "on"}, *const no[] = {"false", "0",
+	                                                                            "no", "off"};
+
+	for (size_t i = 0; i < 4; i++) {
+		if (strcasecmp(v, yes[i]) == 0)
+			return 1;
+		if (strcasecmp(v, no[i]) == 0)
+			return 0;
+	}
+	return -1;
+}
+
+/* Whether the -o argument arg (its '=' at eq) sets key. */
+static bool option_is(const char *arg, const char *eq, const char *key)
+{
+	return strlen(key) == (size_t)(eq - arg) && strncmp(arg, key, (size_t)(eq - arg)) == 0;
+}
+
+/* One -o KEY=VALUE into the mount request req: read_only, block_size and
+ * sync_interval are the mount's own fields, anything else a connector
+ * option. 0, CLI_E_USAGE after saying what is wrong, or -ENOMEM. */
+static int put_mount_option(json_t *req, const char *arg)
+{
+	const char *eq = strchr(arg, '='), *v = eq ? eq + 1 : NULL;
+	json_t *field = NULL;
+	int b;
+
+	if (!eq || eq == arg) {
+		/* never echo it: it may be a secret */
+		fprintf(stderr, "cistern: local: -o needs KEY=VALUE\n");
+		return CLI_E_USAGE;
+	}
+	if (option_is(arg, eq, "read_only")) {
+		if ((b = option_bool(v)) < 0) {
+			fprintf(stderr, "cistern: local: -o read_only=%s: want true or false\n", v);
+			return CLI_E_USAGE;
+		}
+		field = json_boolean(b);
+	} else if (option_is(arg, eq, "block_size") || option_is(arg, eq, "sync_interval")) {
+		int rc = option_is(arg, eq, "block_size")
+		             ? cli_check_block_size("local", "-o block_size", v)
+		             : cli_check_sync_interval("local", "-o sync_interval", v);
+		if (rc)
+			return rc;
+		field = json_string(v);
+	} else {
+		return cli_put_option(json_object_get(req, "options"), "local", "-o", arg, eq, v);
+	}
+	char key[16];
+
+	snprintf(key, sizeof(key), "%.*s", (int)(eq - arg), arg);
+	return json_object_set_new(req, key, field) ? -ENOMEM : 0;
+}
+
+/* The mount request for / (POST /api/v1/mounts {"path": "/", "uri": URI,
+ * "options": {...}}) in s->mount_req, made from the -o options before
+ * anything starts: 0, CLI_E_USAGE after saying what is wrong, or -ENOMEM. */
+static int local_mount_request(local_stack *s)
 {
 	const char *const *kvs = NULL;
 	size_t n = cis_config_multi(s->cfg, "option", &kvs);
-	json_t *req = json_object(), *opts = json_object(), *reply = NULL;
-	long status = 0;
 	int rc;
 
-	if (!req || !opts) {
-		json_decref(req);
-		json_decref(opts);
-		return cis_fail(em, -ENOMEM, "out of memory");
+	if ((rc = cli_check_path_utf8("local", s->uri)))
+		return rc;
+	s->mount_req = json_pack("{s:s, s:s, s:{}}", "path", "/", "uri", s->uri, "options");
+	if (!s->mount_req) {
+		fprintf(stderr, "cistern: local: out of memory\n");
+		return -ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const char *eq = strchr(kvs[i], '=');
+	for (size_t i = 0; i < n; i++)
+		if ((rc = put_mount_option(s->mount_req, kvs[i])))
+			return rc;
+	return 0;
+}
 
-		if (!eq || eq == kvs[i]) {
-			json_decref(req);
-			json_decref(opts);
-			return cis_fail(em, -CIS_E_CONFIG, "--option %s: expected key=value",
-			                kvs[i]);
-		}
-		char key[256];
-		size_t klen = (size_t)(eq - kvs[i]);
-
-		if (klen >= sizeof(key)) {
-			json_decref(req);
-			json_decref(opts);
-			return cis_fail(em, -CIS_E_CONFIG, "--option %s: key too long", kvs[i]);
-		}
-		memcpy(key, kvs[i], klen);
-		key[klen] = 0;
-		/* The mount's own fields; everything else is a store option. */
-		if (strcmp(key, "read_only") == 0)
-			json_object_set_new(req, key,
-			                    json_boolean(strcmp(eq + 1, "true") == 0 ||
-			                                 strcmp(eq + 1, "1") == 0 ||
-			                                 strcmp(eq + 1, "yes") == 0));
-		else if (strcmp(key, "block_size") == 0 || strcmp(key, "sync_interval") == 0)
-			json_object_set_new(req, key, json_string(eq + 1));
-		else
-			json_object_set_new(opts, key, json_string(eq + 1));
-	}
-	json_object_set_new(req, "path", json_string("/"));
-	json_object_set_new(req, "uri", json_string(s->uri));
-	json_object_set_new(req, "options", opts);
+/* Mount the store at / (s->mount_req). A mount of / kept from an earlier
+ * run (the master's LMDB is in the state dir) is reused when its URI and
+ * options are the same, else replaced. */
+static int mount_root(local_stack *s, cis_errmsg *em)
+{
+	const json_t *req = s->mount_req;
+	json_t *reply = NULL;
+	long status = 0;
+	int rc;
 
 	for (int attempt = 0; attempt < 2; attempt++) {
 		rc = cis_http_call(s->api, "POST", "/api/v1/mounts", req, 60000, &status, &reply,
@@ -840,7 +883,6 @@ out_ok:
 	rc = 0;
 out_req:
 	json_decref(reply);
-	json_decref(req);
 	return rc;
 }
 
@@ -1348,17 +1390,6 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 	return -ESRCH;
 }
 
-static int port_opt(const cis_config *cfg, const char *name, uint16_t *out, cis_errmsg *em)
-{
-	int64_t v;
-	int rc = cis_config_int(cfg, name, 1, 65534, &v, em);
-
-	if (rc < 0)
-		return rc;
-	*out = (uint16_t)v;
-	return 0;
-}
-
 /* The DIR of a --cache-dir DIR[:SIZE] into dir (len bytes), split at the
  * last colon when a size follows it, as the worker splits it (a colon in
  * the path itself stays there); *sized says whether a size was given.
@@ -1458,6 +1489,11 @@ static int check_overlaps(const local_stack *s, cis_errmsg *em)
 	if (path_within(s->state, s->mnt))
 		return cis_fail(em, -EINVAL, "%s: the state directory %s is inside it", s->mnt,
 		                s->state);
+	/* Over the state's own cache/ or logs/, it would hide them. */
+	if (path_within(s->mnt, s->state))
+		return cis_fail(em, -EINVAL,
+		                "%s: inside the state directory %s; mount it elsewhere", s->mnt,
+		                s->state);
 	for (size_t i = 0; i < ncache; i++) {
 		char dir[PATH_MAX], abs[PATH_MAX];
 		cis_errmsg unresolved = {{0}};
@@ -1497,28 +1533,51 @@ static void running_mountpoint(const char *state, char *out, size_t len)
 }
 
 /* Checks that need no daemon: mount point usable, ports, binaries, lock. */
+/* The flags checked before anything is made or started: 0, or CLI_E_USAGE
+ * (or -ENOMEM) after saying what is wrong. */
+static int local_check_flags(local_stack *s)
+{
+	static const char *const ports[] = {"master-port", "worker-port", "fuse-http-port"};
+	const char *const *vals = NULL;
+	cis_errmsg em = {{0}};
+	int64_t v = 0;
+	int rc = 0;
+
+	if (cis_config_int(s->cfg, "timeout", 1, 3600, &v, &em) < 0)
+		rc = CLI_E_USAGE;
+	else if (cis_config_multi(s->cfg, "cache-dir", &vals) > LOCAL_MAX_CACHE_DIRS)
+		rc = cis_fail(&em, CLI_E_USAGE, "at most %d --cache-dir", LOCAL_MAX_CACHE_DIRS);
+	else if (cis_config_multi(s->cfg, "fuse-option", &vals) > LOCAL_MAX_FUSE_OPTS)
+		rc = cis_fail(&em, CLI_E_USAGE, "at most %d --fuse-option", LOCAL_MAX_FUSE_OPTS);
+	s->timeout_ms = (int)v * 1000;
+	for (size_t i = 0; i < 3 && rc == 0; i++) {
+		int64_t p = 0;
+
+		if (cis_config_int(s->cfg, ports[i], 1, 65534, &p, &em) < 0)
+			rc = CLI_E_USAGE;
+		s->want_ports[i] = (uint16_t)p;
+	}
+	if (rc) {
+		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
+		return rc;
+	}
+	if (strncmp(s->uri, "s3://", 5) != 0 && strncmp(s->uri, "file://", 7) != 0) {
+		fprintf(
+		    stderr,
+		    "cistern local: %s: unsupported URI (use s3://bucket/prefix or file:///dir)\n",
+		    s->uri);
+		return CLI_E_USAGE;
+	}
+	return local_mount_request(s);
+}
+
 static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
 {
 	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
-	const char *const *vals = NULL;
-	uint16_t dm, dw, df;
 	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
 	struct stat st;
-	int64_t t;
 	int rc;
 
-	if (strncmp(s->uri, "s3://", 5) != 0 && strncmp(s->uri, "file://", 7) != 0)
-		return cis_fail(em, -CIS_E_URI,
-		                "%s: unsupported URI (use s3://bucket/prefix or "
-		                "file:///dir)",
-		                s->uri);
-	if ((rc = cis_config_int(s->cfg, "timeout", 1, 3600, &t, em)) < 0)
-		return rc;
-	if (cis_config_multi(s->cfg, "cache-dir", &vals) > LOCAL_MAX_CACHE_DIRS)
-		return cis_fail(em, -CIS_E_CONFIG, "at most %d --cache-dir", LOCAL_MAX_CACHE_DIRS);
-	if (cis_config_multi(s->cfg, "fuse-option", &vals) > LOCAL_MAX_FUSE_OPTS)
-		return cis_fail(em, -CIS_E_CONFIG, "at most %d --fuse-option", LOCAL_MAX_FUSE_OPTS);
-	s->timeout_ms = (int)t * 1000;
 	if ((rc = abs_mountpoint(mnt_arg, s->mnt, sizeof(s->mnt), em)) < 0)
 		return rc;
 	/* The lock first: a start refused for a running stack touches nothing. */
@@ -1583,13 +1642,9 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 	if ((rc = cache_args(s, em)) < 0)
 		return rc;
 
-	if ((rc = port_opt(s->cfg, "master-port", &dm, em)) < 0 ||
-	    (rc = port_opt(s->cfg, "worker-port", &dw, em)) < 0 ||
-	    (rc = port_opt(s->cfg, "fuse-http-port", &df, em)) < 0)
-		return rc;
-	if (pick_port(dm, true, s->used, &s->nused, &s->m_rpc) < 0 ||
-	    pick_port(dw, true, s->used, &s->nused, &s->w_rpc) < 0 ||
-	    pick_port(df, false, s->used, &s->nused, &s->f_http) < 0)
+	if (pick_port(s->want_ports[0], true, s->used, &s->nused, &s->m_rpc) < 0 ||
+	    pick_port(s->want_ports[1], true, s->used, &s->nused, &s->w_rpc) < 0 ||
+	    pick_port(s->want_ports[2], false, s->used, &s->nused, &s->f_http) < 0)
 		return cis_fail(em, -EADDRINUSE, "no free TCP ports for the daemons");
 	s->m_http = (uint16_t)(s->m_rpc + 1);
 	s->w_http = (uint16_t)(s->w_rpc + 1);
@@ -1651,6 +1706,11 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	s.uri = cis_config_pos(cfg, 0);
 	fg = cis_config_bool(cfg, "foreground");
 
+	if ((rc = local_check_flags(&s)) < 0) {
+		json_decref(s.mount_req);
+		cis_config_free(cfg);
+		return rc;
+	}
 	rc = local_prepare(&s, cis_config_pos(cfg, 1), &lock_fd, &em);
 	if (rc < 0) {
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
@@ -1768,6 +1828,7 @@ out_lock:
 		close(lock_fd);
 	for (size_t i = 0; i < s.ncache; i++)
 		free(s.caches[i]);
+	json_decref(s.mount_req);
 	cis_config_free(cfg);
 	return not_usage(rc);
 }

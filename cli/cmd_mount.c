@@ -23,11 +23,8 @@ static const cis_opt mount_opts[] = {
     CIS_OPT_END,
 };
 
-/* Put option KEY=VALUE (flag is "--option" or "--option-env") into opts.
- * KEY is arg up to eq; the value is never shown: it may be a secret.
- * Returns 0, or CLI_E_USAGE after saying what is wrong. */
-static int put_option(json_t *opts, const char *what, const char *flag, const char *arg,
-                      const char *eq, const char *val)
+int cli_put_option(json_t *opts, const char *what, const char *flag, const char *arg,
+                   const char *eq, const char *val)
 {
 	char key[128];
 	json_t *v;
@@ -54,31 +51,33 @@ static int put_option(json_t *opts, const char *what, const char *flag, const ch
 	return 0;
 }
 
-/* Check --sync-interval and --block-size here, as the master would, so a
- * typo is a usage error that names the flag. Returns 0 or CLI_E_USAGE. */
-static int check_mount_flags(const cis_config *cfg, const char *what)
+int cli_check_sync_interval(const char *what, const char *flag, const char *si)
 {
-	const char *si = cis_config_str(cfg, "sync-interval");
-	const char *bs = cis_config_str(cfg, "block-size");
 	uint64_t v;
-	int err;
-	if (si && (err = cis_parse_duration_ms(si, &v)) == 0 && v > (uint64_t)CIS_SYNC_MAX_MS)
+	int err = cis_parse_duration_ms(si, &v);
+
+	if (err == 0 && v > (uint64_t)CIS_SYNC_MAX_MS)
 		err = -ERANGE;
-	if (si && err) {
-		fprintf(stderr, "cistern: %s: --sync-interval %s: %s\n", what, si,
-		        err == -ERANGE
-		            ? "too long (at most 100 years)"
-		            : "not a duration (like 300, 500ms, 5m or 1h; 0 never re-lists)");
-		return CLI_E_USAGE;
-	}
-	if (bs && (err = cis_parse_size(bs, &v)) == 0 && (v < 4096 || v > (1ull << 30)))
+	if (err == 0)
+		return 0;
+	fprintf(stderr, "cistern: %s: %s %s: %s\n", what, flag, si,
+	        err == -ERANGE ? "too long (at most 100 years)"
+	                       : "not a duration (like 300, 500ms, 5m or 1h; 0 never re-lists)");
+	return CLI_E_USAGE;
+}
+
+int cli_check_block_size(const char *what, const char *flag, const char *bs)
+{
+	uint64_t v;
+	int err = cis_parse_size(bs, &v);
+
+	if (err == 0 && (v < 4096 || v > (1ull << 30)))
 		err = -ERANGE;
-	if (bs && err) {
-		fprintf(stderr, "cistern: %s: --block-size %s: %s\n", what, bs,
-		        err == -ERANGE ? "out of range (4K .. 1G)" : "not a size (like 4M or 64K)");
-		return CLI_E_USAGE;
-	}
-	return 0;
+	if (err == 0)
+		return 0;
+	fprintf(stderr, "cistern: %s: %s %s: %s\n", what, flag, bs,
+	        err == -ERANGE ? "out of range (4K .. 1G)" : "not a size (like 4M or 64K)");
+	return CLI_E_USAGE;
 }
 
 int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
@@ -104,7 +103,11 @@ int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
 		goto out_cfg;
 	if ((rc = cli_check_path_utf8("mount", path)) ||
 	    (rc = cli_check_path_utf8("mount", cis_config_pos(cfg, 1))) ||
-	    (rc = check_mount_flags(cfg, what)))
+	    (cis_config_str(cfg, "sync-interval") &&
+	     (rc = cli_check_sync_interval(what, "--sync-interval",
+	                                   cis_config_str(cfg, "sync-interval")))) ||
+	    (cis_config_str(cfg, "block-size") &&
+	     (rc = cli_check_block_size(what, "--block-size", cis_config_str(cfg, "block-size")))))
 		goto out_path;
 	opts = json_object();
 	if (!opts) {
@@ -121,7 +124,7 @@ int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
 			rc = CLI_E_USAGE;
 			goto out_opts;
 		}
-		rc = put_option(opts, what, "--option", vals[i], eq, eq + 1);
+		rc = cli_put_option(opts, what, "--option", vals[i], eq, eq + 1);
 		if (rc)
 			goto out_opts;
 	}
@@ -136,7 +139,7 @@ int cli_cmd_mount(cli_ctx *c, int argc, char **argv)
 			rc = CLI_E_USAGE;
 			goto out_opts;
 		}
-		rc = put_option(opts, what, "--option-env", vals[i], eq, v);
+		rc = cli_put_option(opts, what, "--option-env", vals[i], eq, v);
 		if (rc)
 			goto out_opts;
 	}

@@ -14,8 +14,12 @@
 #    while a background start is under way (nothing is left running),
 #    `make run`'s script stopped with SIGTERM (the stack stops with it),
 #    `make run` installing no test tools;
-#  - failures: a bad --fuse-option, a bucket that does not exist, an
-#    unsupported URI, a mount point over the store or around a cache
+#  - a --master-port above the ephemeral range is used as given;
+#  - usage errors (exit 2, nothing made): an unsupported URI, a port or
+#    timeout out of range, a -o that is no KEY=VALUE (not echoed), a bad
+#    read_only, block_size or sync_interval, a value that is not UTF-8;
+#  - failures: a bad --fuse-option, a bucket that does not exist, a mount
+#    point over the store, around a cache directory or inside the state
 #    directory, a --cache-dir that is a file, a daemon that dies at start
 #    (or while the next one starts), a FUSE client that cannot mount: one
 #    clear line, exit 1, nothing left running or mounted;
@@ -164,8 +168,12 @@ assert_contains "$out" "serving $MNT); stop it with cistern local --stop $MNT" "
 "$CISTERN" local --stop "$LINK" --state-dir "$STATE" >/dev/null 2>&1 || fail "--stop via the symlink"
 assert_stopped "$STATE" "symlinked mount point"
 # A restart with another block size replaces the mount kept from the last run.
-out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 20 -o block_size=4M 2>&1) ||
-	fail "restart with other options failed: $out"
+# Its master port, asked for above the ephemeral range, is the one it gets.
+hi=$((40000 + RANDOM % 2000 * 2))
+out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 20 -o block_size=4M \
+	-o read_only=Off --master-port "$hi" 2>&1) || fail "restart with other options failed: $out"
+api=$(jq -r .api "$STATE/local.json")
+assert_eq "$api" "http://127.0.0.1:$((hi + 1))" "--master-port $hi"
 assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "block_size=4.0 MiB" "changed option applied"
 compare_tree "$SRC" "after the options changed"
 "$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null 2>&1 || fail "--stop after options"
@@ -355,10 +363,35 @@ assert_contains "$out" "no-such-bucket-$$" "missing bucket named in the error"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "missing bucket: more than one line: $out"
 assert_stopped "$S3STATE" "missing bucket"
 
-out=$("$CISTERN" local "ftp://example.com/x" "$MNT" --state-dir "$STATE" 2>&1) &&
-	fail "an ftp:// URI was accepted"
-assert_contains "$out" "unsupported URI" "ftp://"
-assert_stopped "$STATE" "ftp://"
+# Flags that cannot be right: usage errors (exit 2), before anything is
+# made (the state directory, its logs, the mount point) or started.
+log "bad flags: exit 2, nothing made"
+bad_flags() {
+	local want=$1
+	shift
+	local rc=0
+	out=$("$CISTERN" local "$@" --state-dir "$CIS_TMP/state-bad" 2>&1) || rc=$?
+	assert_eq "$rc" 2 "cistern local $*: exit status ($out)"
+	assert_contains "$out" "$want" "cistern local $*"
+	[ ! -e "$CIS_TMP/state-bad" ] || fail "cistern local $*: made the state directory"
+	[ ! -e "$CIS_TMP/mnt-bad" ] || fail "cistern local $*: made the mount point"
+}
+bad_flags "unsupported URI" "ftp://example.com/x" "$CIS_TMP/mnt-bad"
+bad_flags "--master-port: '70000'" "file://$SRC" "$CIS_TMP/mnt-bad" --master-port 70000
+bad_flags "--timeout: 'abc'" "file://$SRC" "$CIS_TMP/mnt-bad" --timeout abc
+bad_flags "-o needs KEY=VALUE" "file://$SRC" "$CIS_TMP/mnt-bad" -o secretvalue
+[[ "$out" == *secretvalue* ]] && fail "a malformed -o was echoed (it may be a secret)"
+bad_flags "read_only=maybe: want true or false" "file://$SRC" "$CIS_TMP/mnt-bad" -o read_only=maybe
+bad_flags "not a size" "file://$SRC" "$CIS_TMP/mnt-bad" -o block_size=4X
+bad_flags "not a duration" "file://$SRC" "$CIS_TMP/mnt-bad" -o sync_interval=soon
+bad_flags "the value is not valid UTF-8" "file://$SRC" "$CIS_TMP/mnt-bad" \
+	-o "secret_key=$(printf 'ab\xe9')"
+
+# A mount point inside the state directory would hide its cache/ or logs/.
+out=$("$CISTERN" local "file://$SRC" "$STATE/cache" --state-dir "$STATE" 2>&1) &&
+	fail "a mount point inside the state directory was accepted: $out"
+assert_contains "$out" "inside the state directory $STATE" "mount point inside the state dir"
+assert_stopped "$STATE" "mount point inside the state dir"
 
 out=$("$CISTERN" local "file://$CIS_TMP/does-not-exist" "$MNT" --state-dir "$STATE" 2>&1) &&
 	fail "a missing directory was mounted: $out"
