@@ -280,8 +280,14 @@ static int submit(cli_ctx *c, json_t *body, const char *what, bool detach, bool 
 	json_decref(body);
 	if (rc)
 		return rc;
-	long long id = cli_jint(json_object_get(out, "job"), "id");
+	json_t *jid = json_object_get(json_object_get(out, "job"), "id");
+	long long id = json_is_integer(jid) ? json_integer_value(jid) : 0;
 	json_decref(out);
+	if (id <= 0) { /* not the master's answer: it always gives the new job's id */
+		fprintf(stderr, "cistern: %s: the answer has no job id (is --api the master's?)\n",
+		        what);
+		return -CIS_E_PROTO;
+	}
 	if (detach) {
 		if (json)
 			printf("{\"id\": %lld}\n", id);

@@ -323,6 +323,9 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--api") && i + 1 < argc) {
 			api_flag = argv[i + 1];
 			i += 2;
+		} else if (!strcmp(argv[i], "--api")) {
+			fprintf(stderr, "cistern: --api: needs HOST:PORT\n");
+			return 2;
 		} else if (!strncmp(argv[i], "--api=", 6)) {
 			api_flag = argv[i] + 6;
 			i++;

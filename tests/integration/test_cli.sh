@@ -49,6 +49,7 @@ done
 # ---- an empty --api is refused, not the default ----
 usage_error "--api=" "--api: empty address" --api= mounts
 usage_error "--api ''" "--api: empty address" --api "" mounts
+usage_error "--api (last)" "--api: needs HOST:PORT" --api
 
 # ---- mount options that JSON cannot carry are refused, never dropped ----
 SECRET_BYTES=$'s3cr\xffet'
@@ -193,6 +194,7 @@ FPORT=$(free_port)
 cat >"$CIS_TMP/fake.py" <<'PY'
 # fake.py PORT MODE: "running" (a job that runs), "done" (it ended),
 # "gone" (no such job), "html" (a proxy's error page for everything),
+# "empty" (200 with {} to a job submitted),
 # "lsfail" (ls /d: a page of 999 files and a directory, then an error;
 # /d/sub lists).
 import json, sys
@@ -217,6 +219,8 @@ class H(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if mode == "html":
             return self.reply(502, "<html>bad gateway</html>", "text/html")
+        if mode == "empty":
+            return self.reply(200, "{}")
         self.reply(200, json.dumps({"job": {"id": 26}}))
     def ls(self):
         q = parse_qs(urlsplit(self.path).query)
@@ -288,6 +292,16 @@ d = json.load(open(sys.argv[1]))
 assert [(x["path"], x["eof"], len(x["entries"])) for x in d] == \
     [("/d", False, 1000), ("/d/sub", True, 1)], [(x["path"], x["eof"]) for x in d]
 PY
+kill_pid "$FPID"
+
+# A 2xx without a job id is not the master's answer: no "0" for a script
+# to wait on.
+start_fake empty
+for cmd in "load --detach" "free --detach" load; do
+	run_cli --api "127.0.0.1:$FPORT" $cmd /data/d3
+	assert_eq "$rc" 1 "$cmd answered {}: $out"
+	assert_contains "$out" "the answer has no job id" "$cmd answered {}"
+done
 kill_pid "$FPID"
 
 start_fake html
