@@ -150,6 +150,8 @@ int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 /* The same, but the id is at least at_least (the counter moves past it). */
 int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t at_least,
                       uint64_t *out);
+/* The id counter's next id, unchanged (2 when it was never taken). */
+int mst_store_peek_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out);
 int mst_inode_get(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *out);
 int mst_inode_put(mst_master *m, MDB_txn *txn, const mst_inode *ino);
 int mst_child_get(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name, uint64_t *id);
@@ -220,6 +222,9 @@ int mst_ns_ensure_listed(mst_master *m, const mst_inode *dir, bool force, cis_er
  * fails with -EWOULDBLOCK and mst_ns_store_wait_refused() says so. */
 void mst_ns_refuse_store_waits(bool refuse);
 bool mst_ns_store_wait_refused(void);
+/* True, and noted for mst_ns_store_wait_refused, when this thread may not
+ * wait now: for a store, or for another long wait (LMDB's writer lock). */
+bool mst_ns_wait_refused_now(void);
 /* The same for a directory queued for listing ahead, depth levels below
  * the listing a client asked for. */
 int mst_ns_list_ahead(mst_master *m, const mst_inode *dir, int depth, cis_errmsg *em);

@@ -565,8 +565,7 @@ bool mst_ns_store_wait_refused(void)
 	return store_waits == 2;
 }
 
-/* True (and noted) when this thread may not wait on a store now. */
-static bool store_wait_refused_now(void)
+bool mst_ns_wait_refused_now(void)
 {
 	if (!store_waits)
 		return false;
@@ -598,7 +597,7 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		return 0;
 	}
 	pthread_mutex_unlock(&m->flight_lock);
-	if (store_wait_refused_now())
+	if (mst_ns_wait_refused_now())
 		return -EWOULDBLOCK;
 
 	pthread_mutex_lock(&m->flight_lock);
@@ -741,7 +740,7 @@ int mst_ns_refresh_file(mst_master *m, uint64_t id, const char *stale_version, c
 	mst_mount *mt = mst_mount_find(m, ino->mount_id);
 	if (!mt || !mt->ufs)
 		goto out; /* unmounted meanwhile */
-	if (store_wait_refused_now()) {
+	if (mst_ns_wait_refused_now()) {
 		err = -EWOULDBLOCK;
 		goto out;
 	}

@@ -147,8 +147,7 @@ int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 	return mst_store_take_id(m, txn, counter, 0, out);
 }
 
-int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t at_least,
-                      uint64_t *out)
+int mst_store_peek_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out)
 {
 	MDB_val k = {strlen(counter), (void *)counter}, v;
 	uint64_t next = 2; /* 1 is the root inode; ids of other kinds start at 2 too */
@@ -160,6 +159,19 @@ int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 	} else if (rc != 0 && rc != MDB_NOTFOUND) {
 		return lmdb_err(rc);
 	}
+	*out = next;
+	return 0;
+}
+
+int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t at_least,
+                      uint64_t *out)
+{
+	MDB_val k = {strlen(counter), (void *)counter}, v;
+	uint64_t next;
+	int rc = mst_store_peek_id(m, txn, counter, &next);
+
+	if (rc)
+		return rc;
 	if (next < at_least)
 		next = at_least;
 	*out = next;

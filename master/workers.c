@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cistern/json_text.h"
 #include "cistern/log.h"
 #include "cistern/proto/master.pb-c.h"
 #include "cistern/time.h"
@@ -53,7 +54,7 @@ struct mst_workers {
 	struct worker *w;
 	size_t n, cap;
 	uint64_t version;
-	uint64_t next_id; /* in-memory hint; ids are reserved in LMDB */
+	uint64_t next_id; /* LMDB's worker id counter, kept here (under lock) */
 	uint64_t heartbeat_ms, lost_ms;
 	struct loc **buckets;
 	size_t nbuckets, npairs, nblocks;
@@ -297,6 +298,19 @@ static void *monitor_main(void *arg)
 	return NULL;
 }
 
+/* The id counter as LMDB has it: 0, or the error. */
+static int read_next_id(struct mst_workers *w)
+{
+	MDB_txn *txn;
+	int err = mst_txn_begin(w->m, false, &txn);
+
+	if (err)
+		return err;
+	err = mst_store_peek_id(w->m, txn, "next_worker", &w->next_id);
+	mdb_txn_abort(txn);
+	return err;
+}
+
 int mst_workers_new(mst_master *m, uint64_t heartbeat_ms, uint64_t lost_ms, mst_workers **out)
 {
 	struct mst_workers *w = calloc(1, sizeof(*w));
@@ -311,6 +325,12 @@ int mst_workers_new(mst_master *m, uint64_t heartbeat_ms, uint64_t lost_ms, mst_
 	if (!w->buckets) {
 		free(w);
 		return -ENOMEM;
+	}
+	int err = read_next_id(w);
+	if (err) {
+		free(w->buckets);
+		free(w);
+		return err;
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->stop_cond, NULL);
@@ -351,10 +371,24 @@ uint64_t mst_workers_version(mst_workers *w)
 	return v;
 }
 
-/* Reserve an id in LMDB so ids stay unique across master restarts; a
- * persisted id from the worker is kept and the counter moved past it. */
+/* The worker's id: its own when the counter is past it (a worker
+ * registering again: nothing to write), else one reserved in LMDB, so ids
+ * stay unique across master restarts (a persisted id from the worker is
+ * kept and the counter moved past it). That write waits on LMDB's writer
+ * lock, which an unmount or a big listing may hold for long: not on an RPC
+ * I/O thread, whose other connections (other workers' heartbeats) would
+ * wait too; there it fails -EWOULDBLOCK and the pool answers. */
 static int reserve_id(struct mst_workers *w, uint64_t want, uint64_t *out)
 {
+	pthread_mutex_lock(&w->lock);
+	bool known = want && want < w->next_id;
+	pthread_mutex_unlock(&w->lock);
+	if (known) {
+		*out = want;
+		return 0;
+	}
+	if (mst_ns_wait_refused_now())
+		return -EWOULDBLOCK;
 	MDB_txn *txn;
 	int err = mst_txn_begin(w->m, true, &txn);
 	if (err)
@@ -366,8 +400,28 @@ static int reserve_id(struct mst_workers *w, uint64_t want, uint64_t *out)
 		return err;
 	}
 	err = mst_txn_commit(txn);
+	if (err)
+		return err;
+	pthread_mutex_lock(&w->lock);
+	if (w->next_id < next + 1)
+		w->next_id = next + 1;
+	pthread_mutex_unlock(&w->lock);
 	*out = want ? want : next;
-	return err;
+	return 0;
+}
+
+/* What a registration must name: where the worker serves. */
+static int check_worker_info(const Cis__WorkerInfo *wi, cis_errmsg *em)
+{
+	if (!wi)
+		return cis_fail(em, -EINVAL, "registration without the worker's address");
+	if (!wi->host || !wi->host[0])
+		return cis_fail(em, -EINVAL, "registration without the worker's host");
+	if (wi->rpc_port == 0 || wi->rpc_port > UINT16_MAX || wi->http_port > UINT16_MAX)
+		return cis_fail(em, -EINVAL,
+		                "registration with a port out of range (rpc %u, http %u)",
+		                wi->rpc_port, wi->http_port);
+	return 0;
 }
 
 int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, ProtobufCMessage **reply,
@@ -376,10 +430,14 @@ int mst_workers_register(mst_workers *w, const ProtobufCMessage *req_msg, Protob
 	const Cis__RegisterWorkerRequest *req = (const Cis__RegisterWorkerRequest *)req_msg;
 	uint64_t want = req->worker ? req->worker->id : 0;
 	uint64_t id;
+	int err = check_worker_info(req->worker, em);
+
+	if (err)
+		return err;
 	/* Sanity: an absurd persisted id would exhaust the counter. */
 	if (want > (1ull << 48))
 		return cis_fail(em, -EINVAL, "worker id out of range");
-	int err = reserve_id(w, want, &id);
+	err = reserve_id(w, want, &id);
 	if (err)
 		return err;
 	Cis__WorkerInfo *info = info_copy(req->worker, id);
@@ -608,16 +666,20 @@ int mst_workers_list(mst_workers *w, uint64_t known, ProtobufCMessage **reply)
 json_t *mst_workers_json(mst_workers *w)
 {
 	json_t *arr = json_array();
-	uint64_t now = cis_mono_ms();
 	pthread_mutex_lock(&w->lock);
+	/* Read under the lock: a heartbeat taken in between would be later. */
+	uint64_t now = cis_mono_ms();
 	for (size_t i = 0; i < w->n; i++) {
 		const struct worker *wk = &w->w[i];
+		/* The texts are the worker's, any bytes: cis_json_text, as
+		 * json_pack's "s" would fail (and the worker go missing). */
 		json_array_append_new(
-		    arr, json_pack("{s:I, s:s, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I}", "id",
-		                   (json_int_t)wk->id, "host", wk->info->host, "rpc_port",
-		                   (json_int_t)wk->info->rpc_port, "http_port",
-		                   (json_int_t)wk->info->http_port, "hostname", wk->info->hostname,
-		                   "unix_socket", wk->info->unix_socket, "capacity",
+		    arr, json_pack("{s:I, s:o, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I}", "id",
+		                   (json_int_t)wk->id, "host", cis_json_text(wk->info->host),
+		                   "rpc_port", (json_int_t)wk->info->rpc_port, "http_port",
+		                   (json_int_t)wk->info->http_port, "hostname",
+		                   cis_json_text(wk->info->hostname), "unix_socket",
+		                   cis_json_text(wk->info->unix_socket), "capacity",
 		                   (json_int_t)wk->capacity, "used", (json_int_t)wk->used, "blocks",
 		                   (json_int_t)wk->blocks, "last_heartbeat_ms_ago",
 		                   (json_int_t)(now - wk->last_ms)));

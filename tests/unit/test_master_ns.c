@@ -669,6 +669,96 @@ Test(master, a_live_id_from_another_address_is_refused)
 	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
 }
 
+/* A registration must name where the worker serves: without its address,
+ * its host or its RPC port, or with a port out of range, it is refused (a
+ * stray frame would become a worker that clients and loads are sent to). */
+Test(master, a_registration_without_an_address_is_refused)
+{
+	mst_reply r;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	uint64_t *ids;
+	size_t n;
+
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, -EINVAL, "no worker: %s", r.em.text);
+	mst_reply_clear(&r);
+	cr_assert_eq(register_at("", 19610, 0, NULL), -EINVAL, "no host");
+	cr_assert_eq(register_at("10.0.0.1", 0, 0, NULL), -EINVAL, "no port");
+	cr_assert_eq(register_at("10.0.0.1", 70000, 0, NULL), -EINVAL, "port 70000");
+	cr_assert_eq(mst_workers_ids(m->workers, &ids, &n), 0);
+	cr_assert_eq(n, 0, "%zu workers registered", n);
+	free(ids);
+}
+
+struct writer_hold {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool holding;
+};
+
+/* Holds LMDB's writer lock for 1.5 s, as an unmount or a big listing may. */
+static void *hold_writer(void *arg)
+{
+	struct writer_hold *h = arg;
+	MDB_txn *txn;
+
+	cr_assert_eq(mst_txn_begin(m, true, &txn), 0);
+	pthread_mutex_lock(&h->mu);
+	h->holding = true;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	usleep(1500 * 1000);
+	mdb_txn_abort(txn);
+	return NULL;
+}
+
+/* A worker registering again under its id (the counter is past it) is
+ * answered on the RPC I/O thread with nothing written, while another thread
+ * holds LMDB's writer lock: that thread's other connections (other
+ * workers' heartbeats) would wait too. A new id is a write: the I/O thread
+ * leaves it to the pool. */
+Test(master, a_known_worker_registers_without_waiting_for_the_writer)
+{
+	struct writer_hold h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+	Cis__WorkerInfo wi = CIS__WORKER_INFO__INIT;
+	Cis__RegisterWorkerRequest rq = CIS__REGISTER_WORKER_REQUEST__INIT;
+	uint8_t buf[256];
+	mst_reply r;
+	pthread_t t;
+
+	cr_assert_eq(register_at("10.0.0.1", 19610, 42, NULL), 0);
+	cr_assert_eq(pthread_create(&t, NULL, hold_writer, &h), 0);
+	pthread_mutex_lock(&h.mu);
+	while (!h.holding)
+		pthread_cond_wait(&h.cv, &h.mu);
+	pthread_mutex_unlock(&h.mu);
+	wi.host = "10.0.0.1";
+	wi.rpc_port = 19610;
+	wi.id = 42;
+	rq.worker = &wi;
+	size_t len = protobuf_c_message_pack(&rq.base, buf);
+	uint64_t t0 = cis_mono_ms();
+	cr_assert(mst_rpc_dispatch_quick(m, CIS_MSG_MASTER_REGISTER_WORKER, buf, len, &r),
+	          "a known id was left to the pool");
+	cr_assert_lt(cis_mono_ms() - t0, 500, "the registration waited for the writer");
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	cr_assert_eq(((Cis__RegisterWorkerReply *)r.msg)->worker_id, 42);
+	mst_reply_clear(&r);
+	wi.id = 0;
+	wi.rpc_port = 19611;
+	len = protobuf_c_message_pack(&rq.base, buf);
+	t0 = cis_mono_ms();
+	cr_assert_not(mst_rpc_dispatch_quick(m, CIS_MSG_MASTER_REGISTER_WORKER, buf, len, &r),
+	              "a new id was written on the I/O thread");
+	cr_assert_lt(cis_mono_ms() - t0, 500, "the refusal waited for the writer");
+	pthread_join(t, NULL);
+	/* On a pool thread it is written, and the next id is past it. */
+	call(CIS_MSG_MASTER_REGISTER_WORKER, &rq.base, &r);
+	cr_assert_eq(r.code, 0, "%s", r.em.text);
+	cr_assert_eq(((Cis__RegisterWorkerReply *)r.msg)->worker_id, 43);
+	mst_reply_clear(&r);
+}
+
 Test(master, workers_register_heartbeat_lost)
 {
 	mst_reply r;
@@ -1019,6 +1109,24 @@ Test(master, sync_interval_is_bounded_and_never_overflows)
 }
 
 /* ls's limit and cookie are decimal counts: "0.5k" was taken as 512. */
+/* A worker's texts are its own bytes: one whose host is not UTF-8 is still
+ * listed (json_pack's "s" failed, and the worker went missing from the
+ * list and the report's count while clients used it). */
+Test(master, a_worker_named_in_bytes_not_utf8_is_listed)
+{
+	json_t *out = NULL;
+
+	cr_assert_eq(register_at("host-\xff", 19610, 0, NULL), 0);
+	cr_assert_eq(api_path("GET", "/api/v1/workers", "", &out), 200);
+	json_t *ws = json_object_get(out, "workers");
+	cr_assert_eq(json_array_size(ws), 1, "%zu workers listed", json_array_size(ws));
+	cr_assert_str_eq(jstr(json_array_get(ws, 0), "host"), "host-?");
+	json_int_t ago =
+	    json_integer_value(json_object_get(json_array_get(ws, 0), "last_heartbeat_ms_ago"));
+	cr_assert(ago >= 0 && ago < 60000, "last heartbeat %lld ms ago", (long long)ago);
+	json_decref(out);
+}
+
 Test(master, ls_limit_and_cookie_are_decimal)
 {
 	cis_errmsg em = {{0}};
