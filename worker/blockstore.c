@@ -85,6 +85,7 @@ typedef struct bs_dir {
 	struct stuck_file *stuck;
 	size_t nstuck;
 	bool gone_seen; /* found gone, and its blocks dropped, since last writable */
+	int lock_fd;    /* .lock, flocked: one worker per cache dir */
 } bs_dir;
 
 typedef struct atime_move {
@@ -1377,7 +1378,9 @@ static int cmp_atime(const void *a, const void *b)
 	return x->atime_s < y->atime_s ? 1 : x->atime_s > y->atime_s ? -1 : 0;
 }
 
-/* Load the index, dropping entries without a good file. */
+/* Load the index, dropping entries without a good file. An index that
+ * cannot be read to its end fails the start: the block files of the
+ * entries not read would be taken for unknown and deleted. */
 static int load_index(wrk_bs *bs, cis_errmsg *em)
 {
 	MDB_txn *txn;
@@ -1395,7 +1398,10 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 	rc = mdb_txn_begin(bs->env, NULL, MDB_RDONLY, &txn);
 	if (rc)
 		return cis_fail(em, -EIO, "block index: %s", mdb_strerror(rc));
-	mdb_cursor_open(txn, bs->dbi_blocks, &cur);
+	if ((rc = mdb_cursor_open(txn, bs->dbi_blocks, &cur))) {
+		mdb_txn_abort(txn);
+		return cis_fail(em, -EIO, "block index: %s", mdb_strerror(rc));
+	}
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		struct bs_rec rec = {0};
@@ -1439,15 +1445,19 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 		if (nl == cl) {
 			wrk_block **n2 = realloc(loaded, (cl ? cl * 2 : 256) * sizeof(*n2));
 
-			if (!n2)
+			if (!n2) {
+				rc = ENOMEM;
 				break;
+			}
 			loaded = n2;
 			cl = cl ? cl * 2 : 256;
 		}
 		wrk_block *b = calloc(1, sizeof(*b));
 
-		if (!b)
+		if (!b) {
+			rc = ENOMEM;
 			break;
+		}
 		b->id = id;
 		b->dir = dir;
 		b->len = rec.len;
@@ -1458,6 +1468,17 @@ static int load_index(wrk_bs *bs, cis_errmsg *em)
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
+	if (rc != MDB_NOTFOUND) {
+		for (size_t i = 0; i < nl; i++)
+			free(loaded[i]);
+		free(loaded);
+		free(stale);
+		return rc == ENOMEM ? cis_fail(em, -ENOMEM, "block index: out of memory")
+		                    : cis_fail(em, -EIO,
+		                               "block index unreadable after %zu blocks: %s (move "
+		                               "index.mdb away to start with an empty cache)",
+		                               nl + ns, mdb_strerror(rc));
+	}
 
 	/* Most recent first, each appended at probation's cold end. */
 	if (nl)
@@ -1546,10 +1567,25 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		rc = cis_fail(em, -ENOMEM, "out of memory");
 		goto out_free;
 	}
+	/* The locks before anything is touched: a second worker started
+	 * by mistake must not clean the first one's unfinished files. */
+	rc = mkdir_p(o->state_dir);
+	if (rc < 0) {
+		rc = cis_fail(em, rc, "state dir %s: %s", o->state_dir, cis_strerror(rc));
+		goto out_dirs;
+	}
+	snprintf(p, sizeof(p), "%s/worker.lock", o->state_dir);
+	bs->lock_fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+	if (bs->lock_fd < 0 || flock(bs->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = cis_fail(em, -EBUSY, "state dir %s: in use by another worker (%s)",
+		              o->state_dir, strerror(errno));
+		goto out_dirs;
+	}
 	for (int i = 0; i < o->ndirs; i++) {
 		bs_dir *d = &bs->dirs[i];
 		char real[PATH_MAX];
 
+		d->lock_fd = -1;
 		rc = mkdir_p(o->dirs[i].path);
 		if (rc < 0) {
 			rc =
@@ -1563,6 +1599,16 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 				rc = cis_fail(em, -EINVAL, "cache dir %s given twice", d->path);
 				goto out_dirs;
 			}
+		/* Another worker's (another state dir) would take this one's
+		 * blocks for unknown files, and delete them. */
+		snprintf(p, sizeof(p), "%s/.lock", d->path);
+		d->lock_fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+		if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+			rc = d->lock_fd < 0 ? -errno : -EBUSY;
+			rc = cis_fail(em, rc, "cache dir %s: %s", d->path,
+			              rc == -EBUSY ? "in use by another worker" : cis_strerror(rc));
+			goto out_dirs;
+		}
 		d->cfg_capacity = o->dirs[i].capacity;
 		d->high_frac = o->high;
 		d->low_frac = o->low;
@@ -1576,18 +1622,6 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 			         "dir=%s", d->path);
 	}
 
-	rc = mkdir_p(o->state_dir);
-	if (rc < 0) {
-		rc = cis_fail(em, rc, "state dir %s: %s", o->state_dir, cis_strerror(rc));
-		goto out_dirs;
-	}
-	snprintf(p, sizeof(p), "%s/worker.lock", o->state_dir);
-	bs->lock_fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-	if (bs->lock_fd < 0 || flock(bs->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = cis_fail(em, -EBUSY, "state dir %s: in use by another worker (%s)",
-		              o->state_dir, strerror(errno));
-		goto out_dirs;
-	}
 	snprintf(p, sizeof(p), "%s/index.mdb-lock", o->state_dir);
 	rc = cis_lmdb_lock_prepare(p, em);
 	if (rc)
@@ -1642,6 +1676,8 @@ out_dirs:
 	for (int i = 0; i < bs->ndirs; i++) {
 		free(bs->dirs[i].path);
 		free(bs->dirs[i].stuck);
+		if (bs->dirs[i].lock_fd >= 0)
+			close(bs->dirs[i].lock_fd);
 	}
 	if (bs->lock_fd >= 0)
 		close(bs->lock_fd);
@@ -1671,6 +1707,7 @@ void wrk_bs_close(wrk_bs *bs)
 	for (int i = 0; i < bs->ndirs; i++) {
 		free(bs->dirs[i].path);
 		free(bs->dirs[i].stuck);
+		close(bs->dirs[i].lock_fd);
 	}
 	close(bs->lock_fd);
 	free(bs->table);

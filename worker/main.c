@@ -329,6 +329,8 @@ int main(int argc, char **argv)
 	if (gethostname(w.hostname, sizeof(w.hostname) - 1) < 0)
 		snprintf(w.hostname, sizeof(w.hostname), "localhost");
 	w.advertise_host = cis_config_str(cfg, "host") ? cis_config_str(cfg, "host") : w.hostname;
+	if (!w.advertise_host[0])
+		cis_die("--host: empty (clients need an address to reach this worker at)");
 	if (getrandom(&w.boot_id, sizeof(w.boot_id), 0) != (ssize_t)sizeof(w.boot_id))
 		w.boot_id = cis_wall_ns() ^ ((uint64_t)getpid() << 32);
 	if (cis_config_int(cfg, "rpc-port", 0, 65535, &v, &em) < 0)

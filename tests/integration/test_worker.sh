@@ -78,6 +78,25 @@ wcl W1 tiny read 0 0 0 >"$CIS_TMP/out"
 assert_eq "$(cat "$CIS_TMP/out")" "tiny" "one short block"
 wcl W1 empty read 0 0 0 >"$CIS_TMP/out"
 assert_eq "$(stat -c %s "$CIS_TMP/out")" 0 "empty file"
+
+log "a second worker on the same state dir or cache dir touches nothing"
+# An unfinished fill of W1's (its temporary file), and W1's blocks: a
+# worker started by mistake beside it must exit before cleaning either.
+: >"$CIS_TMP/c1/.tmp/unfinished"
+nfiles=$(find "$CIS_TMP/c1" -path '*/[0-9a-f][0-9a-f]/*' -type f | wc -l)
+[ "$nfiles" -gt 0 ] || fail "W1 cached nothing"
+for state in "$CIS_TMP/W1.state" "$CIS_TMP/W1-other.state"; do
+	if "$WORKER" --bind 127.0.0.1 --rpc-port 0 --http-port 0 --state-dir "$state" \
+		--mount "1=file://$DATA" --cache-dir "$CIS_TMP/c1:64M" 2>"$CIS_TMP/err"; then
+		fail "a second worker on $state and W1's cache dir started"
+	fi
+	assert_contains "$(cat "$CIS_TMP/err")" "in use by another worker" "second worker, $state"
+	[ -e "$CIS_TMP/c1/.tmp/unfinished" ] || fail "a second worker ($state) cleaned W1's .tmp"
+	assert_eq "$(find "$CIS_TMP/c1" -path '*/[0-9a-f][0-9a-f]/*' -type f | wc -l)" "$nfiles" \
+		"W1's block files after a second worker ($state)"
+done
+rm "$CIS_TMP/c1/.tmp/unfinished"
+wcl W1 f.bin cat | cmp - "$DATA/f.bin" || fail "W1 after a second worker tried its dirs"
 wcl W1 tiny read 0 4 0 >"$CIS_TMP/out"
 assert_eq "$(stat -c %s "$CIS_TMP/out")" 0 "read at the block end"
 if wcl W1 f.bin read 5 12346 1 2>"$CIS_TMP/err"; then fail "read past the block end succeeded"; fi
@@ -471,7 +490,7 @@ umount "$CIS_TMP/ro"
 wait_for 10 bash -c "'$WC' --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {exit \$5 != 1}'"
 assert_eq "$("$WC" --tcp 127.0.0.1:$W4_RPC stat | awk 'NR==1 {print $2, $4}')" "0 0" \
 	"used bytes and blocks once the dir is writable again"
-assert_eq "$(find "$CIS_TMP/ro" -path "$CIS_TMP/ro/.tmp" -prune -o -type f -print)" "" \
+assert_eq "$(find "$CIS_TMP/ro" -path "$CIS_TMP/ro/.tmp" -prune -o -type f ! -name .lock -print)" "" \
 	"files left in the dir once writable again"
 kill_pid "$W4_PID"
 
@@ -544,5 +563,7 @@ if "$WORKER" --cache-dir "$CIS_TMP/x:lots" 2>"$CIS_TMP/err"; then fail "bad size
 assert_contains "$(cat "$CIS_TMP/err")" "bad size"
 if "$WORKER" 2>"$CIS_TMP/err"; then fail "no cache dir accepted"; fi
 assert_contains "$(cat "$CIS_TMP/err")" "cache-dir"
+if "$WORKER" --cache-dir "$CIS_TMP/x:1M" --host "" 2>"$CIS_TMP/err"; then fail "empty --host accepted"; fi
+assert_contains "$(cat "$CIS_TMP/err")" "--host: empty"
 
 log "ok"
