@@ -16,6 +16,7 @@
  * (their frees would reach no worker). Cost of a pass: O(files under
  * managed paths). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,10 +221,16 @@ struct mst_repl {
 	bool stop, kicked;
 	uint64_t interval_ms;
 	cis_counter *c_copies, *c_copy_errors, *c_trims;
+	/* Fired by mst_repl_stop: a pass under way stops at its next
+	 * block, and its calls in flight are abandoned. */
+	cis_rpc_cancel *cancel;
+	atomic_bool stopping;
 };
 
 struct scan {
 	mst_master *m;
+	cis_rpc_cancel *cancel; /* NULL: a scan without the manager (tests) */
+	const atomic_bool *stopping;
 	const char *root;
 	uint64_t *live;
 	size_t nlive;
@@ -257,6 +264,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 	struct scan *s = arg;
 	mst_policy pol;
 	uint64_t bs = 0;
+	if (s->stopping && atomic_load(s->stopping))
+		return 1; /* the master stops: the rest waits for the next pass */
 	if (mst_policy_resolve(s->m, path, &pol) || !pol.replicas ||
 	    pol.replicas_from != strlen(s->root))
 		return 0; /* another managed path (nested) owns this file */
@@ -264,6 +273,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 	size_t target = pol.replicas < s->nlive ? pol.replicas : s->nlive;
 	size_t order[64];
 	for (uint64_t b = 0; b < nb; b++) {
+		if (s->stopping && atomic_load(s->stopping))
+			return 1; /* the master stops: the rest waits for the next pass */
 		cis_block_id id = cis_block_id_make(f->mount_id, f->key, f->version, bs, b);
 		uint64_t hold[64];
 		size_t nh = mst_workers_locate(s->m->workers, id, hold, 64);
@@ -290,9 +301,11 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 				rq.source = src;
 				cis_rpc_result res = {.fd = -1};
 				cis_errmsg em = {{0}};
-				int err = mst_wcall(s->m, t, CIS_MSG_WORKER_REPLICATE, &rq.base,
-				                    &res, 60000, &em);
+				int err = mst_wcall_in(s->m, t, s->cancel, CIS_MSG_WORKER_REPLICATE,
+				                       &rq.base, &res, 60000, &em);
 				cis_rpc_result_free(&res);
+				if (err == -ECANCELED)
+					break; /* the master stops: the next block ends the walk */
 				if (err) {
 					s->errors++;
 					cis_warn("replicate failed",
@@ -307,8 +320,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 					pr.ids = &ref.id;
 					pr.pin = true;
 					cis_rpc_result r2 = {.fd = -1};
-					mst_wcall(s->m, t, CIS_MSG_WORKER_PIN, &pr.base, &r2, 10000,
-					          &em);
+					mst_wcall_in(s->m, t, s->cancel, CIS_MSG_WORKER_PIN,
+					             &pr.base, &r2, 10000, &em);
 					cis_rpc_result_free(&r2);
 				}
 				s->copied++;
@@ -335,8 +348,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 				fr.ids = &ref.id;
 				cis_rpc_result res = {.fd = -1};
 				cis_errmsg em = {{0}};
-				if (mst_wcall(s->m, t, CIS_MSG_WORKER_FREE, &fr.base, &res, 10000,
-				              &em) == 0)
+				if (mst_wcall_in(s->m, t, s->cancel, CIS_MSG_WORKER_FREE, &fr.base,
+				                 &res, 10000, &em) == 0)
 					s->trimmed++;
 				else
 					s->errors++;
@@ -351,12 +364,15 @@ int mst_repl_scan(mst_master *m, uint64_t *copied, uint64_t *trimmed)
 {
 	char **paths;
 	size_t np;
-	struct scan s = {.m = m};
+	struct scan s = {.m = m,
+	                 .cancel = m->repl ? m->repl->cancel : NULL,
+	                 .stopping = m->repl ? &m->repl->stopping : NULL};
 	int err = mst_policies_with_replicas(m, &paths, &np);
 	if (err)
 		return err;
 	err = mst_workers_ids(m->workers, &s.live, &s.nlive);
-	for (size_t i = 0; !err && i < np && s.nlive; i++) {
+	for (size_t i = 0; !err && i < np && s.nlive && !(s.stopping && atomic_load(s.stopping));
+	     i++) {
 		cis_errmsg em = {{0}};
 		s.root = paths[i];
 		if (mst_jobs_loading(m, paths[i]))
@@ -435,6 +451,10 @@ int mst_repl_start(mst_master *m, uint64_t interval_ms, mst_repl **out)
 		return -ENOMEM;
 	r->m = m;
 	r->interval_ms = interval_ms ? interval_ms : 30000;
+	if (cis_rpc_cancel_new(&r->cancel)) {
+		free(r);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
 	r->c_copies = cis_metrics_counter(m->metrics, "cistern_master_replica_copies_total", NULL,
@@ -444,6 +464,9 @@ int mst_repl_start(mst_master *m, uint64_t interval_ms, mst_repl **out)
 	r->c_trims = cis_metrics_counter(m->metrics, "cistern_master_replica_trims_total", NULL,
 	                                 "Surplus replicas freed");
 	if (pthread_create(&r->th, NULL, repl_main, r)) {
+		cis_rpc_cancel_free(r->cancel);
+		pthread_mutex_destroy(&r->lock);
+		pthread_cond_destroy(&r->cond);
 		free(r);
 		return -EAGAIN;
 	}
@@ -458,6 +481,8 @@ void mst_repl_stop(mst_repl *r)
 	pthread_mutex_lock(&r->lock);
 	bool joined = r->stop;
 	r->stop = true;
+	atomic_store(&r->stopping, true);
+	cis_rpc_cancel_fire(r->cancel);
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
 	if (!joined)
@@ -469,6 +494,7 @@ void mst_repl_free(mst_repl *r)
 	if (!r)
 		return;
 	mst_repl_stop(r);
+	cis_rpc_cancel_free(r->cancel);
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
 	free(r);

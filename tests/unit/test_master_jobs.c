@@ -1268,6 +1268,55 @@ Test(jobs, trim_spares_copies_while_a_holder_is_silent)
 	cis_rpc_server_stop(sb);
 }
 
+static atomic_int replicates_seen;
+
+/* Takes Replicate requests and never answers them (a worker stuck on a
+ * slow peer or store). */
+static void stuck_replicator(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                             const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)msg;
+	(void)data;
+	if (hdr->type == CIS_MSG_WORKER_REPLICATE)
+		atomic_fetch_add(&replicates_seen, 1);
+	else
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+}
+
+/* Stopping the master stops a replication pass under way: its call in
+ * flight is abandoned (it waited out its 60 s timeout, and the pass went
+ * on walking every managed path after it). */
+Test(jobs, a_replication_pass_stops_with_the_master)
+{
+	cis_errmsg em = {{0}};
+	reopen_with_threads(1000);
+	uint64_t a = fake_worker(1 << 20), b;
+	cis_rpc_server *srv = serve_worker_as(stuck_replicator, &b);
+	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, -1, false, &em), 0, "%s", em.text);
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0;
+	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
+	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	atomic_store(&replicates_seen, 0);
+	beat(a, &bid); /* one copy of two: the pass copies it to b */
+	for (int i = 0; i < 100 && !atomic_load(&replicates_seen); i++) {
+		mst_repl_kick(m);
+		cis_sleep_ms(100);
+		beat(a, NULL);
+		beat(b, NULL);
+	}
+	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
+	uint64_t t0 = cis_mono_ms();
+	mst_repl_stop(m->repl);
+	cr_assert_lt(cis_mono_ms() - t0, 2000, "the stop waited %llu ms for the pass",
+	             (unsigned long long)(cis_mono_ms() - t0));
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+}
+
 /* A job id in a query string is digits only: a sign, blanks, nothing or a
  * value past 2^64 is a 400 that says so (strtoull took "-1" as 2^64-1 and
  * " 1" or "+1" as job 1). */
