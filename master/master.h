@@ -145,6 +145,9 @@ void mst_close(mst_master *m);
 
 /* store.c: LMDB access. Functions with txn take the caller's transaction. */
 int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg *em);
+/* An LMDB result as our code: 0, -ENOENT (not found), -ENOSPC (the map is
+ * full: a delete can need pages too), -errno, or -CIS_E_INTERNAL. */
+int mst_lmdb_err(int rc);
 void mst_store_close(mst_master *m);
 int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out);
 /* The same, but the id is at least at_least (the counter moves past it). */

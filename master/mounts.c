@@ -432,7 +432,7 @@ int mst_mount_add(mst_master *m, const mst_mount_req *r, uint64_t *id_out, cis_e
 	int rc = mdb_put(txn, m->dbi_mounts, &k, &v, 0);
 	free(val);
 	if (rc) {
-		err = rc == MDB_MAP_FULL ? -ENOSPC : -CIS_E_INTERNAL;
+		err = mst_lmdb_err(rc);
 		goto out_txn;
 	}
 	/* In the table before its inodes are committed: a listing of the
@@ -562,7 +562,7 @@ int mst_mount_remove(mst_master *m, const char *path, cis_errmsg *em)
 	MDB_val k = {8, &kbe};
 	int rc = mdb_del(txn, m->dbi_mounts, &k, NULL);
 	if (rc && rc != MDB_NOTFOUND)
-		err = -CIS_E_INTERNAL;
+		err = mst_lmdb_err(rc);
 	/* the policies were for this store's data, not for whatever is
 	 * mounted there next */
 	if (!err)

@@ -71,7 +71,7 @@ static int put_json(mst_master *m, MDB_txn *txn, const char *path, size_t len, j
 	MDB_val k = {len, (void *)path};
 	if (json_object_size(o) == 0) {
 		int rc = mdb_del(txn, m->dbi_policies, &k, NULL);
-		return rc == 0 || rc == MDB_NOTFOUND ? 0 : -CIS_E_INTERNAL;
+		return rc == MDB_NOTFOUND ? 0 : mst_lmdb_err(rc);
 	}
 	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!s)
@@ -79,7 +79,7 @@ static int put_json(mst_master *m, MDB_txn *txn, const char *path, size_t len, j
 	MDB_val v = {strlen(s), s};
 	int rc = mdb_put(txn, m->dbi_policies, &k, &v, 0);
 	free(s);
-	return rc == MDB_MAP_FULL ? -ENOSPC : rc ? -CIS_E_INTERNAL : 0;
+	return mst_lmdb_err(rc);
 }
 
 /* A policy of the subtree, changed or deleted through the cursor on it. */
@@ -111,7 +111,7 @@ static int drop_one(MDB_cursor *cur, const MDB_val *k, const MDB_val *v)
 {
 	(void)k;
 	(void)v;
-	return mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+	return mst_lmdb_err(mdb_cursor_del(cur, 0));
 }
 
 /* A descendant's own replicas give way to its ancestor's new target. */
@@ -125,7 +125,7 @@ static int clear_replicas(MDB_cursor *cur, const MDB_val *k, const MDB_val *v)
 	json_object_del(o, "replicas");
 	int err = 0;
 	if (json_object_size(o) == 0) {
-		err = mdb_cursor_del(cur, 0) ? -CIS_E_INTERNAL : 0;
+		err = mst_lmdb_err(mdb_cursor_del(cur, 0));
 	} else {
 		/* the key's own copy: a value of another size is written by a
 		 * delete and an insert, and the delete frees what k points at */
@@ -136,10 +136,7 @@ static int clear_replicas(MDB_cursor *cur, const MDB_val *k, const MDB_val *v)
 			memcpy(kc, k->mv_data, k->mv_size);
 			rc = mdb_cursor_put(cur, &key, &nv, MDB_CURRENT);
 		}
-		err = rc == 0              ? 0
-		      : rc == ENOMEM       ? -ENOMEM
-		      : rc == MDB_MAP_FULL ? -ENOSPC
-		                           : -CIS_E_INTERNAL;
+		err = mst_lmdb_err(rc);
 		free(kc);
 		free(s);
 	}

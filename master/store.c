@@ -22,7 +22,7 @@
 #include "cistern/log.h"
 #include "master.h"
 
-static int lmdb_err(int rc)
+int mst_lmdb_err(int rc)
 {
 	switch (rc) {
 	case 0:
@@ -50,7 +50,7 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 		return rc;
 	rc = mdb_env_create(&m->env);
 	if (rc)
-		return cis_fail(em, lmdb_err(rc), "lmdb: %s", mdb_strerror(rc));
+		return cis_fail(em, mst_lmdb_err(rc), "lmdb: %s", mdb_strerror(rc));
 	mdb_env_set_maxdbs(m->env, 8);
 	mdb_env_set_maxreaders(m->env, 1024);
 	mdb_env_set_mapsize(m->env, map_size ? map_size : (64ull << 30));
@@ -61,7 +61,7 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 	 * neighbours nobody asked for. */
 	rc = mdb_env_open(m->env, dir, MDB_NOTLS | MDB_NORDAHEAD, 0600);
 	if (rc) {
-		cis_fail(em, lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
+		cis_fail(em, mst_lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
 		goto out_env;
 	}
 	int dead = 0;
@@ -99,11 +99,11 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 out_txn:
 	mdb_txn_abort(txn);
 out_lmdb:
-	cis_fail(em, lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
+	cis_fail(em, mst_lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
 out_env:
 	mdb_env_close(m->env);
 	m->env = NULL;
-	return lmdb_err(rc);
+	return mst_lmdb_err(rc);
 }
 
 void mst_store_close(mst_master *m)
@@ -115,7 +115,7 @@ void mst_store_close(mst_master *m)
 
 int mst_txn_begin(mst_master *m, bool write, MDB_txn **txn)
 {
-	return lmdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	return mst_lmdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
 /* Whether the file system holding env's files has under 1 MiB left. */
@@ -139,7 +139,7 @@ int mst_txn_commit(MDB_txn *txn)
 	if (rc == ENOSPC)
 		cis_log_limited(CIS_LOG_ERROR, "lmdb-full", 60,
 		                "the master's data directory is full: changes are refused", NULL);
-	return lmdb_err(rc);
+	return mst_lmdb_err(rc);
 }
 
 int mst_store_next_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t *out)
@@ -157,7 +157,7 @@ int mst_store_peek_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 		memcpy(&next, v.mv_data, 8);
 		next = le64toh(next);
 	} else if (rc != 0 && rc != MDB_NOTFOUND) {
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	}
 	*out = next;
 	return 0;
@@ -178,7 +178,7 @@ int mst_store_take_id(mst_master *m, MDB_txn *txn, const char *counter, uint64_t
 	uint64_t le = htole64(next + 1);
 	v.mv_size = 8;
 	v.mv_data = &le;
-	return lmdb_err(mdb_put(txn, m->dbi_meta, &k, &v, 0));
+	return mst_lmdb_err(mdb_put(txn, m->dbi_meta, &k, &v, 0));
 }
 
 /* Packed inode: fixed part, then name, version and key bytes. */
@@ -214,7 +214,7 @@ int mst_inode_put(mst_master *m, MDB_txn *txn, const mst_inode *ino)
 	int rc = mdb_put(txn, m->dbi_inodes, &k, &v, MDB_RESERVE);
 
 	if (rc)
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	char *p = v.mv_data;
 	memcpy(p, &f, sizeof(f));
 	p += sizeof(f);
@@ -232,7 +232,7 @@ int mst_inode_get(mst_master *m, MDB_txn *txn, uint64_t id, mst_inode *out)
 	int rc = mdb_get(txn, m->dbi_inodes, &k, &v);
 
 	if (rc)
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	if (v.mv_size < sizeof(f))
 		return -CIS_E_INTERNAL;
 	memcpy(&f, v.mv_data, sizeof(f));
@@ -276,7 +276,7 @@ int mst_child_get(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name
 	MDB_val k = {child_key(kb, parent, name, nl), kb}, v;
 	int rc = mdb_get(txn, m->dbi_children, &k, &v);
 	if (rc)
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	if (v.mv_size != 8)
 		return -CIS_E_INTERNAL;
 	memcpy(id, v.mv_data, 8);
@@ -290,7 +290,7 @@ int mst_child_put(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name
 	if (nl > MST_NAME_MAX)
 		return -ENAMETOOLONG;
 	MDB_val k = {child_key(kb, parent, name, nl), kb}, v = {8, &id};
-	return lmdb_err(mdb_put(txn, m->dbi_children, &k, &v, 0));
+	return mst_lmdb_err(mdb_put(txn, m->dbi_children, &k, &v, 0));
 }
 
 int mst_child_del(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name)
@@ -300,7 +300,7 @@ int mst_child_del(mst_master *m, MDB_txn *txn, uint64_t parent, const char *name
 	if (nl > MST_NAME_MAX)
 		return -ENAMETOOLONG;
 	MDB_val k = {child_key(kb, parent, name, nl), kb};
-	return lmdb_err(mdb_del(txn, m->dbi_children, &k, NULL));
+	return mst_lmdb_err(mdb_del(txn, m->dbi_children, &k, NULL));
 }
 
 int mst_children_each(mst_master *m, MDB_txn *txn, uint64_t parent, const char *after,
@@ -315,7 +315,7 @@ int mst_children_each(mst_master *m, MDB_txn *txn, uint64_t parent, const char *
 	uint64_t pbe = htobe64(parent);
 	int rc = mdb_cursor_open(txn, m->dbi_children, &cur);
 	if (rc)
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 	int err = 0;
 	while (rc == 0) {
@@ -342,7 +342,7 @@ int mst_children_each(mst_master *m, MDB_txn *txn, uint64_t parent, const char *
 	if (err < 0)
 		return err;
 	if (rc && rc != MDB_NOTFOUND)
-		return lmdb_err(rc);
+		return mst_lmdb_err(rc);
 	return 0;
 }
 
@@ -406,7 +406,7 @@ int mst_inode_del_tree(mst_master *m, MDB_txn *txn, uint64_t id)
 		}
 		int rc = mdb_del(txn, m->dbi_inodes, &k, NULL);
 		if (rc && rc != MDB_NOTFOUND)
-			err = lmdb_err(rc);
+			err = mst_lmdb_err(rc);
 	}
 out:
 	free(c.ids);
