@@ -112,6 +112,15 @@ int main(int argc, char **argv)
 		cis_die("%s", em.text);
 	if (cis_config_npos(cfg))
 		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));
+	/* Workers heartbeat at most every 10 s; a timeout within two beats
+	 * would have live workers declared lost between them. */
+	if (hb_ms == 0 || hb_ms > 10000)
+		cis_die("--heartbeat-interval: %llu ms: want 1ms to 10s",
+		        (unsigned long long)hb_ms);
+	if (lost_ms < 2 * hb_ms)
+		cis_die("--worker-timeout (%llu ms) must be at least twice --heartbeat-interval "
+		        "(%llu ms)",
+		        (unsigned long long)lost_ms, (unsigned long long)hb_ms);
 
 	/* Signals are taken synchronously by the main thread: block them
 	 * before any thread starts so every thread inherits the mask. */

@@ -390,6 +390,15 @@ out=$(timeout 20 "$CIS_BUILD/worker/cistern-worker" --master "127.0.0.1:$RPC" \
 assert_eq "$rc" 1 "exit status of a worker started on a full disk"
 assert_contains "$out" "index.mdb-lock: No space left on device"
 
+# ---- heartbeat flags that would lose live workers ----
+for flags in "--heartbeat-interval 10s" "--heartbeat-interval 0" \
+	"--heartbeat-interval 2s --worker-timeout 3s" "--heartbeat-interval 11s --worker-timeout 1m"; do
+	rc=0
+	out=$(timeout 20 "$MASTER" --data-dir "$CIS_TMP/hb-data" $flags 2>&1) || rc=$?
+	assert_eq "$rc" 1 "master $flags: exit status ($out)"
+	assert_contains "$out" "--heartbeat-interval" "master $flags"
+done
+
 # ---- credentials never shown ----
 if [ -n "$SECRET" ]; then
 	assert_not_contains "$(cat "$OUTS")" "$SECRET" "secret in CLI or API output"
