@@ -1628,7 +1628,9 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		goto out_dirs;
 	snprintf(p, sizeof(p), "%s/index.mdb", o->state_dir);
 	if ((rc = mdb_env_create(&bs->env)) || (rc = mdb_env_set_maxdbs(bs->env, 4)) ||
-	    (rc = mdb_env_set_mapsize(bs->env, 4ull << 30)) ||
+	    /* Sparse: only what is used takes disk. 4 GiB held some 30 million
+	     * blocks, which a cache of small files on a few TB reaches. */
+	    (rc = mdb_env_set_mapsize(bs->env, 64ull << 30)) ||
 	    /* NOSYNC: a crash of the process loses nothing (the OS has the
 	     * pages); after a power loss reconcile repairs what is missing. */
 	    (rc = mdb_env_open(bs->env, p, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0644))) {
