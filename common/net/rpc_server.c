@@ -53,6 +53,10 @@
 
 #define DEFAULT_MAX_CONNS      4096
 #define DEFAULT_WRITE_STALL_MS 60000
+#define DEFAULT_HELLO_MS       10000
+#define KEEPALIVE_IDLE_S       60 /* TCP keepalive: a peer whose host vanished */
+#define KEEPALIVE_INTVL_S      10 /* is dropped after about two minutes */
+#define KEEPALIVE_CNT          6
 #define PROTOCOL_VERSION       1
 /* A connection stops being read while this much output waits to be sent,
  * or this many of its requests wait for a reply: a client that pipelines
@@ -90,6 +94,9 @@ struct cis_rpc_conn {
 	int fd;
 	bool local;
 	bool hello_done;
+	/* Armed for the hello at the start, then while a frame is partly
+	 * in (read_cb): the peer is dropped when it fires. */
+	struct event *deadline_ev;
 	bool closing;           /* close once output is flushed */
 	_Atomic bool throttled; /* not read until its output drains (over_limits) */
 	int uid;
@@ -123,6 +130,7 @@ struct cis_rpc_server {
 	size_t max_conns;
 	int idle_timeout_ms;
 	struct timeval write_stall;
+	struct timeval hello_deadline, frame_deadline;
 	uint16_t port;
 	struct event_base *lbase;
 	struct evconnlistener *tcp_l, *unix_l;
@@ -467,6 +475,8 @@ static void conn_close(cis_rpc_conn *c)
 	}
 	event_free(c->wr_ev);
 	c->wr_ev = NULL;
+	event_free(c->deadline_ev);
+	c->deadline_ev = NULL;
 	bufferevent_free(bev); /* closes the fd */
 	if (c->prev)
 		c->prev->next = c->next;
@@ -630,7 +640,34 @@ static void read_cb(struct bufferevent *bev, void *arg)
 		if (!handle_frame(c, in, &h))
 			break;
 	}
+	if (c->open && !c->closing && c->hello_done) {
+		/* A frame partly in must come whole within the deadline; a
+		 * connection not read (throttled) is not waiting for it. */
+		bool partial = evbuffer_get_length(in) > 0 && !atomic_load(&c->throttled);
+
+		if (!partial)
+			event_del(c->deadline_ev);
+		else if (!event_pending(c->deadline_ev, EV_TIMEOUT, NULL))
+			event_add(c->deadline_ev, &c->t->srv->frame_deadline);
+	}
 	cis_rpc_conn_unref(c);
+}
+
+/* The hello, or a frame begun, did not come in time. */
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	cis_rpc_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (!c->open || c->closing)
+		return;
+	count(c->t->srv->bad_frames);
+	cis_log_limited(CIS_LOG_WARN, "rpc-deadline", 10, "rpc connection dropped",
+	                "server=%s peer=%s reason=\"%s\"", c->t->srv->name, c->peer,
+	                c->hello_done ? "a frame begun was not finished in time"
+	                              : "no hello in time");
+	conn_close(c);
 }
 
 static void write_cb(struct bufferevent *bev, void *arg)
@@ -720,7 +757,13 @@ static void conn_setup(struct io_thread *t, int fd, bool local)
 		char a[INET6_ADDRSTRLEN] = "?";
 		unsigned port = 0;
 
+		int idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S, cnt = KEEPALIVE_CNT;
+
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 		if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
 			if (ss.ss_family == AF_INET) {
 				struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
@@ -745,6 +788,12 @@ static void conn_setup(struct io_thread *t, int fd, bool local)
 	c->wr_ev = event_new(t->base, fd, EV_WRITE, wr_ready_cb, c);
 	if (!c->wr_ev)
 		goto out_bev;
+	c->deadline_ev = evtimer_new(t->base, deadline_cb, c);
+	if (!c->deadline_ev) {
+		event_free(c->wr_ev);
+		goto out_bev;
+	}
+	event_add(c->deadline_ev, &s->hello_deadline);
 	bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
 	if (s->idle_timeout_ms > 0) {
 		struct timeval tv = {s->idle_timeout_ms / 1000, (s->idle_timeout_ms % 1000) * 1000};
@@ -999,6 +1048,9 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 	s->idle_timeout_ms = o->idle_timeout_ms;
 	int stall_ms = o->write_stall_ms > 0 ? o->write_stall_ms : DEFAULT_WRITE_STALL_MS;
 	s->write_stall = (struct timeval){stall_ms / 1000, (stall_ms % 1000) * 1000};
+	int hello_ms = o->hello_timeout_ms > 0 ? o->hello_timeout_ms : DEFAULT_HELLO_MS;
+	s->hello_deadline = (struct timeval){hello_ms / 1000, (hello_ms % 1000) * 1000};
+	s->frame_deadline = (struct timeval){3 * hello_ms / 1000, (3 * hello_ms % 1000) * 1000};
 	s->bad_frames = o->bad_frames;
 	s->refused_conns = o->refused_conns;
 	s->nthreads = o->io_threads;

@@ -698,6 +698,80 @@ Test(rpc, idle_connection_closed)
 	srv = keep;
 }
 
+/* A server of max_conns 4 whose hello deadline is 300 ms, in place of srv;
+ * the caller stops it and puts srv back. */
+static cis_rpc_server *swap_in_small_server(void)
+{
+	cis_rpc_server_opts o = {.bind_addr = "127.0.0.1",
+	                         .io_threads = 1,
+	                         .handler = handler,
+	                         .max_conns = 4,
+	                         .hello_timeout_ms = 300};
+	cis_errmsg em = {{0}};
+	cis_rpc_server *keep = srv;
+
+	cr_assert_eq(cis_rpc_server_start(&o, &srv, &em), 0, "%s", em.text);
+	return keep;
+}
+
+/* Connections opened and left silent take every slot: each is dropped when
+ * it has not said hello in time, and a real client gets in (they held the
+ * slots for good). */
+Test(rpc, silent_connections_are_dropped_at_the_hello_deadline)
+{
+	cis_rpc_server *keep = swap_in_small_server();
+	cis_errmsg em = {{0}};
+	uint8_t buf[64];
+	int fds[4];
+
+	for (int i = 0; i < 4; i++)
+		fds[i] = raw_conn();
+	usleep(100 * 1000); /* taken by the server: every slot */
+	cis_rpc_client *c = client(false);
+	uint64_t t0 = cis_mono_ms();
+	int rc;
+	while ((rc = echo(c, 1, "a", &em)) != 0 && cis_mono_ms() - t0 < 5000)
+		usleep(50 * 1000);
+	cr_assert_eq(rc, 0, "no way in past silent connections: %s", em.text);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(drain_until_close(fds[i], buf, sizeof(buf)), 0);
+		close(fds[i]);
+	}
+	cis_rpc_client_free(c);
+	cis_rpc_server_stop(srv);
+	srv = keep;
+}
+
+/* A frame whose first bytes came, and not the rest, is given up with its
+ * connection (it held up to 20 MiB of buffer for good). */
+Test(rpc, a_frame_left_unfinished_is_dropped)
+{
+	cis_rpc_server *keep = swap_in_small_server();
+	Cis__Hello hello = CIS__HELLO__INIT;
+	uint8_t buf[256], *mb;
+	size_t mlen, n;
+	cis_frame_hdr h;
+	int fd = raw_conn();
+
+	hello.protocol_version = 1;
+	cr_assert_eq(cis_msg_pack(&hello.base, &mb, &mlen), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)mlen, 0);
+	cr_assert_eq(write(fd, mb, mlen), (ssize_t)mlen);
+	free(mb);
+	send_hdr(fd, T_ECHO, 100, 1 << 20);
+	cr_assert_eq(write(fd, "0123456789", 10), 10);
+	uint64_t t0 = cis_mono_ms();
+	n = drain_until_close(fd, buf, sizeof(buf));
+	close(fd);
+	cr_assert_lt(cis_mono_ms() - t0, 5000);
+	/* Only the HelloReply came back: after the hello, 900 ms. */
+	cr_assert_eq(cis_frame_hdr_decode(buf, n, &h), 0);
+	cr_assert_eq(h.type, CIS_MSG_HELLO);
+	cr_assert_eq(n, CIS_FRAME_HDR_LEN + h.msg_len);
+	cis_rpc_server_stop(srv);
+	srv = keep;
+}
+
 Test(rpc, stale_unix_socket_replaced_live_one_refused)
 {
 	cis_rpc_server_opts o = {.unix_path = sock_path, .io_threads = 1, .handler = handler};

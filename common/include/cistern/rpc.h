@@ -56,6 +56,12 @@ typedef struct cis_rpc_server_opts {
 	 * a throttled connection is not read, so the idle timeout never fires).
 	 * 0: 60 s. */
 	int write_stall_ms;
+	/* A connection must finish its hello this soon, and a frame once its
+	 * first bytes are in: one that does not is dropped (connections
+	 * opened and left silent, or a frame trickled in, would hold a slot
+	 * of max_conns, and up to a frame's 20 MiB, for good). 0: 10 s for
+	 * the hello, 3 times that for a frame. */
+	int hello_timeout_ms;
 	/* Connections dropped for a malformed frame (or no hello first), and
 	 * refused over max_conns; NULL: not counted. */
 	cis_counter *bad_frames;
