@@ -131,6 +131,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	cis_rpc_raise_fd_limit(); /* every FUSE client and worker holds connections */
 	cis_metrics *metrics = cis_metrics_new();
 	if (!metrics || cis_version_metric(metrics, "cistern-master"))
 		cis_die("out of memory");

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cistern/config.h"
@@ -223,18 +222,6 @@ static bool ready_fn(void *ctx, cis_buf *why)
 	return false;
 }
 
-/* Every reply frame of a block being sent holds a descriptor of its file
- * until it leaves (sendfile), so a worker serving many clients needs many:
- * the soft limit goes up to the hard one. */
-static void raise_fd_limit(void)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 int main(int argc, char **argv)
 {
 	static wrk w; /* the one worker; its fields are set once here */
@@ -368,7 +355,9 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	raise_fd_limit();
+	/* Every reply frame of a block being sent holds a descriptor of
+	 * its file until it leaves (sendfile): many clients, many. */
+	cis_rpc_raise_fd_limit();
 
 	w.metrics = cis_metrics_new();
 	if (!w.metrics || cis_version_metric(w.metrics, "cistern-worker"))

@@ -507,6 +507,7 @@ static int loop_init(cis_http_server *s, struct http_loop *l, int fd)
 		evconnlistener_free(lev);
 		return -ENOMEM;
 	}
+	cis_net_listener_pause_on_error(lev);
 	return 0;
 }
 

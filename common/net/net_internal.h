@@ -16,4 +16,10 @@ void cis_net_threads_init(void);
  * naming the address ("bind 0.0.0.0:19600: address already in use"). */
 int cis_net_listen_tcp(const char *addr, uint16_t port, int *fd, uint16_t *bound, cis_errmsg *em);
 
+struct evconnlistener;
+/* On l: an accept that fails (out of descriptors: EMFILE, ENFILE) pauses
+ * the listener 100 ms, logged, where libevent would try again at once, and
+ * forever: a core at 100 % while the descriptors are short. */
+void cis_net_listener_pause_on_error(struct evconnlistener *l);
+
 #endif

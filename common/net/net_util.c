@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 
 #include "cistern/log.h"
@@ -71,4 +73,30 @@ out_close:
 out_free_ai:
 	freeaddrinfo(ai);
 	return r;
+}
+
+static void listener_resume(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	evconnlistener_enable(arg);
+}
+
+static void listener_error(struct evconnlistener *l, void *arg)
+{
+	struct timeval tv = {0, 100 * 1000};
+	int err = EVUTIL_SOCKET_ERROR();
+
+	(void)arg;
+	cis_log_limited(CIS_LOG_WARN, "net-accept", 10, "accept failed: pausing the listener",
+	                "err=\"%s\"", strerror(err));
+	/* The once-event goes with the base if the loop stops first. */
+	if (event_base_once(evconnlistener_get_base(l), -1, EV_TIMEOUT, listener_resume, l, &tv) ==
+	    0)
+		evconnlistener_disable(l);
+}
+
+void cis_net_listener_pause_on_error(struct evconnlistener *l)
+{
+	evconnlistener_set_error_cb(l, listener_error);
 }

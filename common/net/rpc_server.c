@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -874,6 +875,16 @@ static void io_thread_kick(struct io_thread *t)
 		cis_warn("rpc eventfd write failed", "err=\"%s\"", strerror(errno));
 }
 
+void cis_rpc_raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 /* ---- listener ---- */
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int sl,
@@ -1075,6 +1086,7 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 			r = cis_fail(em, -ENOMEM, "rpc listener on %s:%u", o->bind_addr, s->port);
 			goto out_free;
 		}
+		cis_net_listener_pause_on_error(s->tcp_l);
 	}
 	if (o->unix_path) {
 		r = listen_unix(o->unix_path, &fd, em);
@@ -1089,6 +1101,7 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 			r = cis_fail(em, -ENOMEM, "rpc listener on %s", o->unix_path);
 			goto out_free;
 		}
+		cis_net_listener_pause_on_error(s->unix_l);
 	}
 	r = -ENOMEM;
 	s->lstop_ev = event_new(s->lbase, -1, 0, lstop_cb, s->lbase);

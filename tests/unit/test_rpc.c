@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -770,6 +771,50 @@ Test(rpc, a_frame_left_unfinished_is_dropped)
 	cr_assert_eq(n, CIS_FRAME_HDR_LEN + h.msg_len);
 	cis_rpc_server_stop(srv);
 	srv = keep;
+}
+
+static double cpu_seconds(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* With no descriptor left for accept, the listener pauses (it tried again
+ * at once, forever: a core at 100 %), and takes the connection once one
+ * is free again. */
+Test(rpc, a_listener_out_of_descriptors_does_not_spin)
+{
+	struct rlimit old, low;
+	static int fds[512];
+	size_t n = 0;
+
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 256;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 512 && (fds[n] = dup(0)) >= 0)
+		n++;
+	cr_assert(n > 0 && n < 512 && errno == EMFILE);
+	close(fds[--n]); /* one for the connection; none for the accept */
+	int fd = raw_conn();
+	usleep(200 * 1000);
+	double cpu0 = cpu_seconds();
+	usleep(1000 * 1000);
+	double used = cpu_seconds() - cpu0;
+	while (n)
+		close(fds[--n]);
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	cr_assert_lt(used, 0.3, "%.2f s of CPU in 1 s while accept failed", used);
+	/* Descriptors back: the connection is taken (and, silent, dropped at
+	 * the hello deadline: not waited for here). */
+	cis_rpc_client *c = client(false);
+	cis_errmsg em = {{0}};
+	cr_assert_eq(echo(c, 1, "a", &em), 0, "%s", em.text);
+	cis_rpc_client_free(c);
+	close(fd);
 }
 
 Test(rpc, stale_unix_socket_replaced_live_one_refused)

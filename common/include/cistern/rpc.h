@@ -68,6 +68,10 @@ typedef struct cis_rpc_server_opts {
 	cis_counter *refused_conns;
 } cis_rpc_server_opts;
 
+/* A server of many connections needs as many descriptors: the soft
+ * RLIMIT_NOFILE (often 1,024, below max_conns) goes up to the hard one. */
+void cis_rpc_raise_fd_limit(void);
+
 /* Bind the listeners (fails fast on EADDRINUSE with em saying which
  * address) and start the threads. *out is the caller's. */
 int cis_rpc_server_start(const cis_rpc_server_opts *opts, cis_rpc_server **out, cis_errmsg *em);
