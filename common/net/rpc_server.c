@@ -1064,18 +1064,19 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 	s->frame_deadline = (struct timeval){3 * hello_ms / 1000, (3 * hello_ms % 1000) * 1000};
 	s->bad_frames = o->bad_frames;
 	s->refused_conns = o->refused_conns;
-	s->nthreads = o->io_threads;
-	s->threads = calloc((size_t)s->nthreads, sizeof(*s->threads));
-	s->lbase = event_base_new();
-	if (!s->name || (o->unix_path && !s->unix_path) || !s->threads || !s->lbase)
-		goto out_free;
-	for (i = 0; i < s->nthreads; i++) {
+	s->threads = calloc((size_t)o->io_threads, sizeof(*s->threads));
+	/* Each made ready for free_threads before anything can fail. */
+	for (i = 0; s->threads && i < o->io_threads; i++) {
 		struct io_thread *t = &s->threads[i];
 
 		t->srv = s;
 		t->efd = -1;
 		pthread_mutex_init(&t->qlock, NULL);
+		s->nthreads = i + 1;
 	}
+	s->lbase = event_base_new();
+	if (!s->name || (o->unix_path && !s->unix_path) || !s->threads || !s->lbase)
+		goto out_free;
 	if (o->bind_addr) {
 		r = cis_net_listen_tcp(o->bind_addr, o->port, &fd, &s->port, em);
 		if (r)
