@@ -433,6 +433,24 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* A server whose host vanished (no reset comes) is found out by TCP
+ * itself: requests left unacknowledged for 60 s, or an idle connection
+ * whose keepalive probes go unanswered (30 s, then 3 probes 10 s apart),
+ * break the connection, and every call on it fails. Without, calls that
+ * overlap one another kept it "alive" (each timed out while another
+ * waited), and TCP gave up only after some 15 minutes. */
+static void set_dead_peer_limits(int fd)
+{
+	int one = 1, idle = 30, intvl = 10, cnt = 3;
+	unsigned user_ms = 60000;
+
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+}
+
 /* ---- connecting ---- */
 
 static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
@@ -504,6 +522,7 @@ static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
 		}
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		set_dead_peer_limits(fd);
 		freeaddrinfo(ai);
 		*out = fd;
 		return 0;
