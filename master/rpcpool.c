@@ -46,10 +46,17 @@ struct mst_rpcpool {
 
 static void send_reply(cis_rpc_conn *conn, const cis_frame_hdr *hdr, mst_reply *r)
 {
-	if (r->code)
+	int rc;
+
+	if (r->code) {
 		cis_rpc_reply_error(conn, hdr, r->code, "%s", r->em.text);
-	else
-		cis_rpc_reply(conn, hdr, r->msg, 0);
+	} else if ((rc = cis_rpc_reply(conn, hdr, r->msg, 0)) < 0 && rc != -CIS_E_CLOSED) {
+		/* Not sent (over the frame limit, out of memory): the caller
+		 * must not wait out its timeout, nor the request stay counted
+		 * as in flight on the connection. */
+		cis_rpc_reply_error(conn, hdr, rc, "master: cannot send the reply: %s",
+		                    cis_strerror(rc));
+	}
 	mst_reply_clear(r);
 }
 
