@@ -4,8 +4,8 @@
  *                  [--state-dir DIR] [--rpc-port N] [--http-port N] [--socket PATH]
  *
  * The main thread, after starting everything, waits for SIGINT/SIGTERM and
- * meanwhile expires leases, re-probes failed cache dirs and paces the
- * scrubber. */
+ * meanwhile expires leases, re-probes failed cache dirs and saves access
+ * times; the scrubber has a thread of its own. */
 #include "worker.h"
 
 #include <errno.h>
@@ -245,9 +245,8 @@ int main(int argc, char **argv)
 	enum cis_log_level lvl;
 	sigset_t sigs;
 	int rc, io_threads;
-	cis_block_id scrub_cursor = {0, 0};
-	bool scrub_started = false;
-	uint64_t next_scrub = 0, next_probe = 0, next_atimes = 0;
+	wrk_scrub *scrub = NULL;
+	uint64_t next_probe = 0, next_atimes = 0;
 
 	rc = cis_config_load(&cfg, worker_opts, "CISTERN_", argc, argv, 1, &em);
 	if (rc == 1) {
@@ -410,6 +409,8 @@ int main(int argc, char **argv)
 	         w.rpc_port, w.http_port, sock, state_dir, wrk_bs_nblocks(w.bs),
 	         (uint64_t)atomic_load(&w.worker_id));
 
+	if (wrk_scrub_start(&w, &scrub) < 0)
+		cis_die("cannot start the scrubber");
 	for (;;) {
 		struct timespec ts = {0, 20 * 1000000};
 		int sig = sigtimedwait(&sigs, NULL, &ts);
@@ -427,16 +428,11 @@ int main(int argc, char **argv)
 				(void)wrk_bs_save_atimes(w.bs);
 			next_atimes = now + WRK_ATIME_SAVE_MS;
 		}
-		if (now >= next_scrub) {
-			if (wrk_scrub_step(&w, &scrub_cursor, &scrub_started))
-				next_scrub = now + w.scrub_pause_ms;
-			else
-				next_scrub = now + w.scrub_interval_ms;
-		}
 	}
 
 	cis_info("worker stopping", NULL);
 	atomic_store(&w.stopping, true);
+	wrk_scrub_stop(scrub);
 	cis_http_server_free(http);
 	cis_rpc_server_stop(rpc);
 	/* No reply goes out any more: fetches waiting on a store that stopped

@@ -1,11 +1,26 @@
 /* Background scrub: re-read cached blocks one at a time and compare their
  * checksums, so a block rotting on disk is dropped (and fetched again on
- * its next read) instead of served. Paced by the caller (main.c). */
+ * its next read) instead of served. On a thread of its own: a block's
+ * verify reads up to a whole block (1 GiB at most), which must not hold up
+ * the main loop's lease expiry. */
 #include "worker.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 
-bool wrk_scrub_step(wrk *w, cis_block_id *cursor, bool *started)
+#include "cistern/time.h"
+
+struct wrk_scrub {
+	wrk *w;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;
+};
+
+/* Verify one block after `cursor` (advanced); false when a pass ended. */
+static bool scrub_step(wrk *w, cis_block_id *cursor, bool *started)
 {
 	cis_block_id id;
 	int rc;
@@ -21,4 +36,56 @@ bool wrk_scrub_step(wrk *w, cis_block_id *cursor, bool *started)
 	if (rc == 0 || rc == -CIS_E_CHECKSUM)
 		cis_counter_inc(w->m.scrubbed);
 	return true;
+}
+
+static void *scrub_main(void *arg)
+{
+	wrk_scrub *s = arg;
+	cis_block_id cursor = {0, 0};
+	bool started = false;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		pthread_mutex_unlock(&s->mu);
+		uint64_t pause = scrub_step(s->w, &cursor, &started) ? s->w->scrub_pause_ms
+		                                                     : s->w->scrub_interval_ms;
+		pthread_mutex_lock(&s->mu);
+		if (!s->stop)
+			cis_cond_wait_ms(&s->cv, &s->mu, pause);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int wrk_scrub_start(wrk *w, wrk_scrub **out)
+{
+	wrk_scrub *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->w = w;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (pthread_create(&s->th, NULL, scrub_main, s)) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+		free(s);
+		return -EAGAIN;
+	}
+	*out = s;
+	return 0;
+}
+
+void wrk_scrub_stop(wrk_scrub *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->th, NULL); /* after the block being verified, if any */
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
 }

@@ -349,7 +349,10 @@ bool wrk_link_ready(wrk_link *l);
 
 /* ---- scrub.c ---- */
 
-/* Verify one block after `cursor` (advanced); false when a pass ended. */
-bool wrk_scrub_step(wrk *w, cis_block_id *cursor, bool *started);
+/* The scrubber's thread: one block verified every scrub_pause_ms, a pass
+ * over every block every scrub_interval_ms. Stop joins it. */
+typedef struct wrk_scrub wrk_scrub;
+int wrk_scrub_start(wrk *w, wrk_scrub **out);
+void wrk_scrub_stop(wrk_scrub *s);
 
 #endif
