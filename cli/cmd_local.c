@@ -1355,9 +1355,12 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		uint64_t deadline = cis_mono_ms() + LOCAL_STOP_TIMEOUT_MS + 30000;
 
 		kill(pid, SIGTERM);
-		while (kill(pid, 0) == 0 && cis_mono_ms() < deadline)
+		/* Gone when its lock is free: a supervisor whose parent does
+		 * not reap it (PID 1 in a container) stays a zombie, which
+		 * kill(pid, 0) takes for alive. */
+		while (stack_pid(state) == pid && cis_mono_ms() < deadline)
 			cis_sleep_ms(50);
-		if (kill(pid, 0) == 0) {
+		if (stack_pid(state) == pid) {
 			fprintf(stderr, "cistern local: pid %d did not stop; see %s/logs\n",
 			        (int)pid, state);
 			return -ETIMEDOUT;

@@ -232,6 +232,33 @@ for cache in "$SRC/hello.txt" "$SRC/hello.txt:1G"; do
 	assert_stopped "$STATE" "--cache-dir $cache"
 done
 
+# A supervisor whose new parent never reaps it (PID 1 in a container that
+# is no init) stays a zombie once it exits: --stop takes it for stopped
+# when its lock is free, instead of waiting 45 s and failing.
+log "--stop with a supervisor left a zombie"
+# (The state dir goes in the environment: stack_procs looks for it in
+# command lines.)
+REAP_ARGS="$CISTERN|file://$SRC|$MNT|$STATE" python3 - >"$CIS_TMP/reaper.out" 2>&1 <<'PY' &
+import ctypes, os, time
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come here
+cli, uri, mnt, state = os.environ["REAP_ARGS"].split("|")
+pid = os.fork()
+if pid == 0:
+    os.execv(cli, [cli, "local", uri, mnt, "--state-dir", state, "--timeout", "60"])
+os.waitpid(pid, 0)  # the starter; the supervisor it leaves is never waited for
+print("started", flush=True)
+time.sleep(120)
+PY
+reaper=$!
+cis_on_exit "kill $reaper 2>/dev/null"
+wait_for 90 grep -q started "$CIS_TMP/reaper.out"
+is_mounted "$MNT" || fail "the stack under a non-reaping parent did not start: $(cat "$CIS_TMP/reaper.out")"
+t0=$(date +%s)
+out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) || fail "--stop of a zombie-to-be: $out"
+[ $(($(date +%s) - t0)) -lt 30 ] || fail "--stop waited for a zombie"
+assert_stopped "$STATE" "supervisor left a zombie"
+kill "$reaper" 2>/dev/null || true
+
 # `make run` (scripts/run-local.sh) killed with SIGTERM, as make passes it on
 # to its recipe when make itself is killed: the stack stops with it.
 log "make run's script stopped with SIGTERM"
