@@ -257,6 +257,16 @@ fi
 assert_contains "$out" "not connected" "a dead FUSE mount should say ENOTCONN"
 run_fuse
 assert_eq "$(cat "$mp/ds/hello.txt")" "hello from the store" "read after the FUSE pod came back"
+# The container alone restarted (killed by OOM or its liveness probe): the
+# kubelet runs no init container then, and the dead mount is still there.
+log "FUSE container restarted in its pod: it detaches the dead mount itself"
+kill -9 "$fpid"
+wait "$fpid" 2>/dev/null || true
+start fuse-n1 1-fuse node1
+fpid=$started
+ready fuse-n1 1-fuse node1 "$fpid"
+wait_for 20 mountpoint -q "$mp"
+assert_eq "$(cat "$mp/ds/hello.txt")" "hello from the store" "read after the container restart"
 
 log "preStop hook unmounts; cistern-fuse exits"
 mapfile -d '' pre <"$CIS_TMP/pods/fuse-n1/spec/1-fuse.prestop"
