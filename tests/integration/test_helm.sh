@@ -76,7 +76,7 @@ refuse() {
 log "values that must be refused"
 refuse "a credential may not be given in clear" \
 	--set 'mounts[0].path=/a' --set 'mounts[0].uri=s3://b/a' --set 'mounts[0].options.secret_key=hunter2'
-refuse "credentials may not be in a ConfigMap" --set master.config.access_key=AKIA
+refuse "credentials may not be in a ConfigMap; a store's credentials go with its mount, from a Secret: mounts[].secretOptions" --set master.config.access_key=AKIA
 refuse "pvc needs worker.kind StatefulSet" \
 	--set-json 'worker.cacheDirs=[{"pvc":{"size":"10Gi"},"size":"9G"}]'
 refuse "give exactly one of hostPath, emptyDir, pvc" \

@@ -87,9 +87,18 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end }}
 
-{{/* Liveness and readiness probes on /healthz and /readyz of the named
-port. Call with (dict "c" .Values.master). */}}
+{{/* Startup, liveness and readiness probes on /healthz and /readyz of the
+named port. The startup probe holds the liveness probe off while a daemon
+starts (a worker checks every block of its index first: minutes on a big
+cold cache; up to an hour by default). Call with (dict "c" .Values.master). */}}
 {{- define "cistern.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: http
+  periodSeconds: {{ dig "startupProbe" "periodSeconds" 10 .c }}
+  timeoutSeconds: {{ dig "startupProbe" "timeoutSeconds" 3 .c }}
+  failureThreshold: {{ dig "startupProbe" "failureThreshold" 360 .c }}
 livenessProbe:
   httpGet:
     path: /healthz

@@ -120,7 +120,8 @@ class Checker:
                 self.fail(obj, "%s: no image" % cn)
             if where == "container" and kind in LONG_RUNNING:
                 ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
-                for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                                    ("readinessProbe", "/readyz")):
                     p = c.get(probe)
                     if not p:
                         self.fail(obj, "%s: no %s" % (cn, probe))
@@ -335,6 +336,14 @@ class Checker:
             claims = [t["metadata"]["name"] for t in wk[0]["spec"].get("volumeClaimTemplates", [])]
             if claims != ["cache-1"]:
                 e.append("full: worker claims %s, want [cache-1]" % claims)
+            # The block index goes with the claim: on an emptyDir it started
+            # empty at every new pod and deleted the claim's blocks.
+            wargs = ps["containers"][0].get("args") or []
+            sd = wargs[wargs.index("--state-dir") + 1] if "--state-dir" in wargs else None
+            if sd != "/cache/1/.state":
+                e.append("full: worker --state-dir %s, want /cache/1/.state (on the claim)" % sd)
+            if any(v.get("name") == "state" for v in ps.get("volumes", [])):
+                e.append("full: a state volume beside the claim that holds the index")
             if [d.rpartition(":")[2] for d in dirs] != ["8G", "450G", "100G"]:
                 e.append("full: cache sizes %s" % dirs)
             env = {x["name"] for x in ps["containers"][0].get("env", [])}
