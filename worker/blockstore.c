@@ -751,7 +751,7 @@ static void unlink_victims(wrk_bs *bs, victim *v, size_t n)
 
 /* Evict from dir i until used + need <= target, taking probation blocks
  * first (see the SLRU). Returns the victims in *v (caller frees and
- * unlinks). Caller holds mu. */
+ * unlinks; NULL when there are none). Caller holds mu. */
 static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim **v)
 {
 	bs_dir *d = &bs->dirs[i];
@@ -791,6 +791,10 @@ static size_t do_evict(wrk_bs *bs, int i, uint64_t need, uint64_t target, victim
 		do_forget(bs, b);
 		cnt++;
 		free(b);
+	}
+	if (!cnt) { /* callers free only what names victims */
+		free(*v);
+		*v = NULL;
 	}
 	return cnt;
 }
