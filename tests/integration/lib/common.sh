@@ -16,6 +16,14 @@ CIS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/cis-test.XXXXXX")
 export CIS_TMP
 _cis_exit_cmds=()
 
+# Programs of the sanitizer build write their AddressSanitizer, LeakSanitizer
+# and UBSan reports here (one file per process), and any report fails the
+# test at exit: a daemon that aborts would otherwise only be failed over,
+# and one that stops with a leak or an error at exit would go unnoticed.
+mkdir -p "$CIS_TMP/sanitizer"
+export ASAN_OPTIONS="log_path=$CIS_TMP/sanitizer/asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="log_path=$CIS_TMP/sanitizer/ubsan:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+
 cis_on_exit() {
 	_cis_exit_cmds+=("$1")
 }
@@ -26,6 +34,16 @@ _cis_run_exit() {
 	for ((i = ${#_cis_exit_cmds[@]} - 1; i >= 0; i--)); do
 		eval "${_cis_exit_cmds[$i]}" >/dev/null 2>&1
 	done
+	local reports
+	reports=$(find "$CIS_TMP/sanitizer" -type f -size +0 2>/dev/null)
+	if [ -n "$reports" ]; then
+		printf 'FAIL: sanitizer reports:\n' >&2
+		for f in $reports; do
+			printf '==> %s\n' "$f" >&2
+			head -c 20000 "$f" >&2
+		done
+		[ "$rc" = 0 ] && rc=1
+	fi
 	rm -rf "$CIS_TMP"
 	exit $rc
 }
