@@ -1,39 +1,38 @@
 /* libFuzzer: the master's HTTP admin API handler. Input: a method index
- * byte, a path index byte, then "query-path\nJSON body". */
+ * byte, a path index byte, then "query\nJSON body" (the query is both the
+ * path and the job id). */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "cistern/log.h"
-#include "master.h"
+#include "fuzz_master.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static mst_master *m;
 static const char *const methods[] = {"GET", "POST", "DELETE", "PUT", ""};
-static const char *const paths[] = {
-    "/api/v1/mounts", "/api/v1/ls",      "/api/v1/stat", "/api/v1/sync",
-    "/api/v1/report", "/api/v1/workers", "/api/v1/",     "/"};
+static const char *const paths[] = {"/api/v1/mounts",
+                                    "/api/v1/ls",
+                                    "/api/v1/stat",
+                                    "/api/v1/sync",
+                                    "/api/v1/report",
+                                    "/api/v1/workers",
+                                    "/api/v1/jobs",
+                                    "/api/v1/job",
+                                    "/api/v1/job/cancel",
+                                    "/api/v1/policies",
+                                    "/api/v1/policy",
+                                    "/api/v1/",
+                                    "/"};
+#define NPATHS (sizeof(paths) / sizeof(paths[0]))
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!m) {
-		char tmpl[] = "/tmp/cis-fuzz-msth-XXXXXX";
-		char *dir = mkdtemp(tmpl);
-		cis_errmsg em = {{0}};
-		if (!dir)
-			abort();
-		cis_log_init("fuzz", CIS_LOG_ERROR);
-		mst_open_opts o = {.data_dir = dir, .map_size = 1ull << 28};
-		if (mst_open(&o, &m, &em))
-			abort();
-	}
+	if (!m)
+		m = fuzz_master_open();
 	if (size < 2)
 		return 0;
 	const char *method = methods[data[0] % 5];
-	const char *path = paths[data[1] % 8];
+	const char *path = paths[data[1] % NPATHS];
 	char *rest = strndup((const char *)data + 2, size - 2);
 	if (!rest)
 		return 0;
@@ -45,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	cis_kvlist q = CIS_KVLIST_INIT;
 	cis_kvlist_set(&q, "path", rest);
+	cis_kvlist_set(&q, "id", rest); /* the job endpoints' */
 	json_t *out = NULL;
 	/* Never mount from fuzz input: that would reach out to stores. */
 	if (!(strcmp(method, "POST") == 0 && strcmp(path, "/api/v1/mounts") == 0))
