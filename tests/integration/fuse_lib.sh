@@ -47,11 +47,23 @@ start_worker() {
 	printf -v "WHTTP_$name" '%s' "$http"
 }
 
-# wmetric NAME METRIC: its value from worker NAME's /metrics (0 if absent).
+# metric_of URL NAME: the value of series NAME at URL. A dead endpoint or a
+# series it does not have prints a word, not a number, so that a check
+# like [ "$(metric ...)" -le 2 ] or assert_eq fails instead of reading 0.
+metric_of() {
+	local out
+	out=$(curl -sf -m 5 "$1") || {
+		echo "metrics-unreachable"
+		return 1
+	}
+	awk -v n="$2" '$1 == n { v = $2 } END { if (v == "") print "no-series"; else printf "%d\n", v }' \
+		<<<"$out"
+}
+
+# wmetric NAME METRIC: its value from worker NAME's /metrics.
 wmetric() {
 	local port="WHTTP_$1"
-	curl -sf -m 5 "http://127.0.0.1:${!port}/metrics" |
-		awk -v n="$2" '$1 == n { v = $2 } END { printf "%d\n", (v == "" ? 0 : v) }'
+	metric_of "http://127.0.0.1:${!port}/metrics" "$2"
 }
 
 # mount_fuse MNT ARGS...: cistern-fuse as a daemon on MNT; FHTTP is its
@@ -73,10 +85,9 @@ unmount_fuse() {
 	wait_for 20 bash -c "! awk -v m='$1' '\$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo"
 }
 
-# metric NAME_WITH_LABELS: its value from the FUSE client's /metrics (0 if absent).
+# metric NAME_WITH_LABELS: its value from the FUSE client's /metrics.
 metric() {
-	curl -sf -m 5 "http://127.0.0.1:$FHTTP/metrics" |
-		awk -v n="$1" '$1 == n { v = $2 } END { printf "%d\n", (v == "" ? 0 : v) }'
+	metric_of "http://127.0.0.1:$FHTTP/metrics" "$1"
 }
 
 # The listing and the checksums of every file, relative to a root.

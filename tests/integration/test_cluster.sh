@@ -211,8 +211,9 @@ sum_misses() {
 	local w t=0 v
 	for w in "$@"; do
 		v=$(on "$w" curl -sf -m 5 http://127.0.0.1:19611/metrics |
-			awk '$1 == "cistern_worker_misses_total" { print $2 }')
-		t=$((t + ${v:-0}))
+			awk '$1 == "cistern_worker_misses_total" { print $2 }') || v=
+		[ -n "$v" ] || fail "worker $w: no cistern_worker_misses_total"
+		t=$((t + v))
 	done
 	echo "$t"
 }
@@ -225,8 +226,13 @@ on client unshare --uts sh -c 'hostname cis-client && exec "$@"' x "$FUSE_BIN" "
 cis_on_exit "fusermount3 -u -z '$MNT'"
 wait_for 20 is_mounted "$MNT"
 store_reads() {
-	on client curl -sf -m 5 http://127.0.0.1:19621/metrics |
-		awk '$1 == "cistern_fuse_block_reads_total{path=\"store\"}" { v = $2 } END { printf "%d\n", v }'
+	local out
+	out=$(on client curl -sf -m 5 http://127.0.0.1:19621/metrics) || {
+		echo "metrics-unreachable"
+		return 1
+	}
+	awk '$1 == "cistern_fuse_block_reads_total{path=\"store\"}" { v = $2 }
+		END { if (v == "") print "no-series"; else printf "%d\n", v }' <<<"$out"
 }
 log "2. store link down, reading every file"
 ip -n "$SW" link set "$(veth s3)" down
