@@ -244,7 +244,9 @@ cmp "$SRC/sc.bin" "$MNT3/data/sc.bin" || fail "sc.bin differs (short-circuit)"
 for i in 0 1; do
 	id=$("$CIS_BUILD/tests/worker_client" --tcp "127.0.0.1:$WRPC_c" \
 		--master "127.0.0.1:$MRPC" --path /data/sc.bin id $i)
-	truncate -s 1000 "$CIS_TMP/w-c/cache/${id:0:2}/$id" || fail "block $i of sc.bin not on worker c"
+	f="$CIS_TMP/w-c/cache/${id:0:2}/$id"
+	[ -f "$f" ] || fail "block $i of sc.bin not on worker c"
+	truncate -s 1000 "$f"
 done
 echo 1 >/proc/sys/vm/drop_caches
 miss0=$(wmetric c cistern_worker_misses_total)
@@ -328,7 +330,8 @@ wait_for 30 curl -sf -m 2 "http://127.0.0.1:$MHTTP/readyz"
 back=$(date +%s%N)
 wait_for 10 stat "$MNT4/data/ow.bin"
 took=$((($(date +%s%N) - back) / 1000000))
-[ "$took" -le 2000 ] || fail "the first lookup through came ${took} ms after the master was ready"
+# Back-off is capped at 1 s; 4 s leaves room for a loaded (sanitizer) run.
+[ "$took" -le 4000 ] || fail "the first lookup through came ${took} ms after the master was ready"
 cmp "$SRC/ow.bin" "$MNT4/data/ow.bin" || fail "ow.bin differs after the master restart"
 unmount_fuse "$MNT4"
 

@@ -351,7 +351,8 @@ kill -CONT "$S3_FRONT_PID"
 curl -fsS -X POST "http://127.0.0.1:$S3_FRONT_PORT/__front/pace?bps=0" >/dev/null ||
 	fail "cannot give the store its pace back"
 log "stop with the store hanging: $took_ms ms"
-[ "$took_ms" -lt 8000 ] || fail "the stop took $took_ms ms with the store hanging"
+# A daemon that waited out its store's timeouts would be killed 10 s into
+# the stop (and logged): that, not a wall-clock bound, is the check.
 if grep -q "killed" "$HANGSTATE/logs/local.log"; then
 	fail "a daemon had to be killed: $(grep killed "$HANGSTATE/logs/local.log")"
 fi

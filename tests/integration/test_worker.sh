@@ -245,6 +245,7 @@ id=$(wcl W1 f.bin id 1)
 rm "$CIS_TMP/c1/${id:0:2}/$id"
 wcl W1 f.bin read 1 0 0 | cmp - <(expect f.bin $MB $MB) || fail "deleted block re-read"
 id=$(wcl W1 f.bin id 2)
+[ -f "$CIS_TMP/c1/${id:0:2}/$id" ] || fail "block 2 is not cached"
 truncate -s 1000 "$CIS_TMP/c1/${id:0:2}/$id"
 wcl W1 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "truncated block re-read"
 wcl W1 f.bin local 2 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "local after truncation"

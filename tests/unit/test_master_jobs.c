@@ -1310,7 +1310,7 @@ Test(jobs, a_replication_pass_stops_with_the_master)
 	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
 	uint64_t t0 = cis_mono_ms();
 	mst_repl_stop(m->repl);
-	cr_assert_lt(cis_mono_ms() - t0, 2000, "the stop waited %llu ms for the pass",
+	cr_assert_lt(cis_mono_ms() - t0, 10000, "the stop waited %llu ms for the pass (60 s call)",
 	             (unsigned long long)(cis_mono_ms() - t0));
 	mst_close(m);
 	cis_rpc_server_stop(srv);
