@@ -59,6 +59,25 @@ metadata:
 assert_contains "$out" "name: data-cache-worker" "fullnameOverride not applied"
 assert_contains "$out" "kind: ServiceMonitor" "serviceMonitor.enabled did not render one"
 
+# A StatefulSet's one-worker-per-node rule stays beside a user's own
+# nodeAffinity (it went as soon as any affinity was set).
+log "StatefulSet workers with a nodeAffinity keep one worker per node"
+render affinity -f "$here/values-full.yaml" --set-json \
+	'worker.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"nvme","operator":"Exists"}]}]}}}'
+python3 - "$CIS_TMP/affinity.json" "$checker" <<'PY' || fail "worker affinity lost a part"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("check_manifests", sys.argv[2])
+cm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cm)
+items = cm.load(sys.argv[1])
+w = [o for o in items if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("-worker")][0]
+aff = w["spec"]["template"]["spec"]["affinity"]
+assert "nodeAffinity" in aff, aff
+term = aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+assert term["topologyKey"] == "kubernetes.io/hostname", term
+assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker", term
+PY
+
 # The NOTES tell the user how a training pod mounts the data.
 notes=$("$helm" install rel "$chart" --namespace ml --dry-run=client 2>&1 | sed -n '/^NOTES:/,$p')
 assert_contains "$notes" "path: /mnt/cistern" "NOTES lack the hostPath volume"
