@@ -85,7 +85,7 @@ typedef struct bs_dir {
 	struct stuck_file *stuck;
 	size_t nstuck;
 	bool gone_seen; /* found gone, and its blocks dropped, since last writable */
-	int lock_fd;    /* .lock, flocked: one worker per cache dir */
+	int lock_fd;    /* the dir, flocked: one worker per cache dir */
 } bs_dir;
 
 typedef struct atime_move {
@@ -1604,9 +1604,10 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 				goto out_dirs;
 			}
 		/* Another worker's (another state dir) would take this one's
-		 * blocks for unknown files, and delete them. */
-		snprintf(p, sizeof(p), "%s/.lock", d->path);
-		d->lock_fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+		 * blocks for unknown files, and delete them. The dir itself is
+		 * locked: a read-only dir (served, not written) has no room
+		 * for a lock file. */
+		d->lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 			rc = d->lock_fd < 0 ? -errno : -EBUSY;
 			rc = cis_fail(em, rc, "cache dir %s: %s", d->path,

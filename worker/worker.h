@@ -349,8 +349,8 @@ bool wrk_link_ready(wrk_link *l);
 
 /* ---- scrub.c ---- */
 
-/* The scrubber's thread: one block verified every scrub_pause_ms, a pass
- * over every block every scrub_interval_ms. Stop joins it. */
+/* The scrubber's thread: one block verified every scrub_pause_ms, and
+ * scrub_interval_ms between two passes over every block. Stop joins it. */
 typedef struct wrk_scrub wrk_scrub;
 int wrk_scrub_start(wrk *w, wrk_scrub **out);
 void wrk_scrub_stop(wrk_scrub *s);

@@ -612,6 +612,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
 	cis_frame_hdr h;
 	int r;
 
+	bool progress = false; /* a whole frame was taken */
+
 	cis_rpc_conn_ref(c); /* the handler may make us close */
 	while (c->open && !c->closing) {
 		size_t have = evbuffer_get_length(in);
@@ -638,17 +640,20 @@ static void read_cb(struct bufferevent *bev, void *arg)
 		 * most one frame (20 MiB) is held per connection. */
 		if (have < CIS_FRAME_HDR_LEN + (size_t)h.msg_len + h.data_len)
 			break;
+		progress = true;
 		if (!handle_frame(c, in, &h))
 			break;
 	}
 	if (c->open && !c->closing && c->hello_done) {
-		/* A frame partly in must come whole within the deadline; a
-		 * connection not read (throttled) is not waiting for it. */
+		/* A frame partly in must come whole within the deadline, from
+		 * when its first bytes came after the last whole frame (event_add
+		 * starts the timer again); a connection not read (throttled) is
+		 * not waiting for it. */
 		bool partial = evbuffer_get_length(in) > 0 && !atomic_load(&c->throttled);
 
 		if (!partial)
 			event_del(c->deadline_ev);
-		else if (!event_pending(c->deadline_ev, EV_TIMEOUT, NULL))
+		else if (progress || !event_pending(c->deadline_ev, EV_TIMEOUT, NULL))
 			event_add(c->deadline_ev, &c->t->srv->frame_deadline);
 	}
 	cis_rpc_conn_unref(c);

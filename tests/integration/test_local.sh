@@ -169,7 +169,21 @@ assert_contains "$out" "serving $MNT); stop it with cistern local --stop $MNT" "
 assert_stopped "$STATE" "symlinked mount point"
 # A restart with another block size replaces the mount kept from the last run.
 # Its master port, asked for above the ephemeral range, is the one it gets.
-hi=$((40000 + RANDOM % 2000 * 2))
+hi=$(python3 -c 'import random, socket
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+while True:
+    p = random.randrange(40000, 60000)
+    if free(p) and free(p + 1):
+        print(p)
+        break')
 out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --timeout 20 -o block_size=4M \
 	-o read_only=Off --master-port "$hi" 2>&1) || fail "restart with other options failed: $out"
 api=$(jq -r .api "$STATE/local.json")

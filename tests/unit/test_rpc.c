@@ -773,6 +773,70 @@ Test(rpc, a_frame_left_unfinished_is_dropped)
 	srv = keep;
 }
 
+/* Frames that keep coming whole, each in two pieces so that part of one
+ * is always in, for longer than the frame deadline: progress, not a frame
+ * left unfinished (the deadline ran from the first part-frame on, and
+ * dropped a busy client). */
+Test(rpc, frames_pipelined_in_pieces_keep_the_connection)
+{
+	cis_rpc_server *keep = swap_in_small_server();
+	Cis__Hello hello = CIS__HELLO__INIT;
+	Cis__Ping ping = CIS__PING__INIT;
+	uint8_t *mb, frame[CIS_FRAME_HDR_LEN + 64], buf[4096];
+	size_t mlen, flen, got = 0;
+	int fd = raw_conn(), n = 0;
+
+	hello.protocol_version = 1;
+	cr_assert_eq(cis_msg_pack(&hello.base, &mb, &mlen), 0);
+	send_hdr(fd, CIS_MSG_HELLO, (uint32_t)mlen, 0);
+	cr_assert_eq(write(fd, mb, mlen), (ssize_t)mlen);
+	free(mb);
+	ping.nonce = 7;
+	cr_assert_eq(cis_msg_pack(&ping.base, &mb, &mlen), 0);
+	cis_frame_hdr h = {.type = CIS_MSG_PING, .msg_len = (uint32_t)mlen, .req_id = 9};
+	cis_frame_hdr_encode(&h, frame);
+	memcpy(frame + CIS_FRAME_HDR_LEN, mb, mlen);
+	free(mb);
+	flen = CIS_FRAME_HDR_LEN + mlen;
+	/* 2 s of frames (the deadline is 900 ms): the second half of one
+	 * and the first half of the next in each write. */
+	cr_assert_eq(write(fd, frame, flen / 2), (ssize_t)(flen / 2));
+	for (uint64_t t0 = cis_mono_ms(); cis_mono_ms() - t0 < 2000; n++) {
+		uint8_t two[2 * sizeof(frame)];
+
+		memcpy(two, frame + flen / 2, flen - flen / 2);
+		memcpy(two + flen - flen / 2, frame, flen / 2);
+		cr_assert_eq(write(fd, two, flen), (ssize_t)flen, "the connection was dropped");
+		usleep(100 * 1000);
+	}
+	cr_assert_eq(write(fd, frame + flen / 2, flen - flen / 2), (ssize_t)(flen - flen / 2));
+	n++;
+	/* The HelloReply and n replies, all there (read until they are: the
+	 * socket's 10 s receive timeout bounds it). */
+	int replies = 0;
+	size_t off = 0;
+	while (replies < n + 1) {
+		cis_frame_hdr rh;
+
+		if (off + CIS_FRAME_HDR_LEN <= got &&
+		    cis_frame_hdr_decode(buf + off, got - off, &rh) == 0 &&
+		    off + CIS_FRAME_HDR_LEN + rh.msg_len + rh.data_len <= got) {
+			cr_assert_eq(rh.flags & CIS_FRAME_ERROR, 0, "an error reply");
+			off += CIS_FRAME_HDR_LEN + rh.msg_len + rh.data_len;
+			replies++;
+			continue;
+		}
+		ssize_t k = got < sizeof(buf) ? read(fd, buf + got, sizeof(buf) - got) : 0;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	close(fd);
+	cr_assert_eq(replies, n + 1, "%d replies to %d pings and the hello", replies, n);
+	cis_rpc_server_stop(srv);
+	srv = keep;
+}
+
 static double cpu_seconds(void)
 {
 	struct rusage ru;
