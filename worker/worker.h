@@ -42,6 +42,7 @@
 #define WRK_STREAM_CHUNK      (4u << 20)   /* data per reply frame */
 #define WRK_STREAM_MIN        (256u << 10) /* send a streamed frame once this much is in */
 #define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
+#define WRK_READ_AHEAD_MAX    (64u << 20)  /* cached bytes one Prefetch reads into memory */
 /* Uses of a block within this of the first use of a pass are that pass,
  * one use for eviction (a reader of a 4 MiB block asks for it in 1 MiB
  * reads); a use this long after it or later is a re-use: the block goes to
@@ -98,6 +99,7 @@ typedef struct wrk_metrics {
 	cis_counter *checksum_failures, *scrubbed, *verified_blocks;
 	cis_counter *disk_errors, *direct_reads, *bad_requests;
 	cis_counter *single_flight_joins;
+	cis_counter *read_ahead;
 	cis_counter *bulk_pauses;
 	/* Requests by message type, CIS_MSG_WORKER_FIRST on; the last counts
 	 * every other type. */

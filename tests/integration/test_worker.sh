@@ -150,6 +150,20 @@ wait_for 10 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1
 reads0=$(metric W1 cistern_worker_store_reads_total)
 wcl W1 scan2 read 0 0 0 | cmp - "$DATA/scan2" || fail "prefetched block differs"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" "$reads0" "prefetched block was cached"
+# A Prefetch of a cached block reads its file into the page cache ahead of
+# the reader (no store read, nothing queued).
+id=$(wcl W1 scan2 id 0)
+bfile="$CIS_TMP/c1/${id:0:2}/$id"
+resident() { fincore --bytes --noheadings --output RES "$bfile"; }
+sync "$bfile"
+dd if="$bfile" iflag=nocache count=0 status=none
+[ "$(resident)" -lt "$MB" ] || fail "the page cache kept $bfile after a drop"
+ahead0=$(metric W1 cistern_worker_read_ahead_bytes_total)
+out=$(wcl W1 scan2 prefetch 0)
+assert_contains "$out" "queued 0"
+assert_eq "$(metric W1 cistern_worker_read_ahead_bytes_total)" $((ahead0 + MB)) "bytes read ahead"
+wait_for 10 bash -c "[ \$(fincore --bytes --noheadings --output RES '$bfile') = $MB ]"
+assert_eq "$(metric W1 cistern_worker_store_reads_total)" "$reads0" "a cached block's prefetch read the store"
 
 log "free"
 out=$(wcl W1 scan2 free 0)

@@ -11,7 +11,10 @@
  *
  * Commands:
  *   read INDEX OFF LEN   remote read (TCP, else the Unix socket); bytes to stdout
- *   cat                  every block in order over TCP; the file's bytes to stdout
+ *   cat [AHEAD]          every block in order over TCP; the file's bytes to stdout.
+ *                        AHEAD > 0: before each block, Prefetch the blocks up to
+ *                        AHEAD ahead not asked for yet, as cistern-fuse's
+ *                        readahead asks for the blocks ahead of a sequential reader
  *   local INDEX          OpenLocal on the Unix socket; the fd's bytes to stdout
  *   hold INDEX MS        OpenLocal, keep the lease MS ms, print "held", release
  *   waitlocal INDEX      OpenLocal with wait: the fd at the first call, even for
@@ -279,6 +282,33 @@ static void cmd_read(cis_rpc_client *c, const file_spec *f, uint64_t index, uint
 	if (rc.n != rc.total)
 		die("read block %" PRIu64 ": got %zu bytes, reply said %" PRIu64, index, rc.n,
 		    rc.total);
+}
+
+static void prefetch_one(cis_rpc_client *c, const file_spec *f, uint64_t index)
+{
+	Cis__PrefetchRequest req = CIS__PREFETCH_REQUEST__INIT;
+	Cis__PrefetchReply *rep;
+	Cis__BlockRef *rp;
+	ref_buf r;
+
+	make_ref(f, index, &r);
+	rp = &r.ref;
+	req.n_blocks = 1;
+	req.blocks = &rp;
+	rep = call(c, CIS_MSG_WORKER_PREFETCH, &req.base, &cis__prefetch_reply__descriptor, NULL);
+	protobuf_c_message_free_unpacked(&rep->base, NULL);
+}
+
+static void cmd_cat(cis_rpc_client *c, const file_spec *f, uint64_t ahead)
+{
+	uint64_t nb = f->size ? (f->size + f->block_size - 1) / f->block_size : 0;
+	uint64_t asked = 1; /* blocks below this were prefetched or are block 0 */
+
+	for (uint64_t b = 0; b < nb; b++) {
+		for (; ahead && asked < nb && asked <= b + ahead; asked++)
+			prefetch_one(c, f, asked);
+		cmd_read(c, f, b, 0, 0);
+	}
 }
 
 static void cmd_local(const file_spec *f, uint64_t index, long hold_ms)
@@ -730,10 +760,7 @@ int main(int argc, char **argv)
 		cmd_read(c, &f, strtoull(argv[i], NULL, 10), strtoull(argv[i + 1], NULL, 10),
 		         strtoull(argv[i + 2], NULL, 10));
 	} else if (strcmp(cmd, "cat") == 0) {
-		uint64_t nb = f.size ? (f.size + f.block_size - 1) / f.block_size : 0;
-
-		for (uint64_t b = 0; b < nb; b++)
-			cmd_read(c, &f, b, 0, 0);
+		cmd_cat(c, &f, i < argc ? strtoull(argv[i], NULL, 10) : 0);
 	} else if (!strcmp(cmd, "prefetch") || !strcmp(cmd, "load") || !strcmp(cmd, "pin") ||
 	           !strcmp(cmd, "unpin") || !strcmp(cmd, "free")) {
 		cmd_batch(c, &f, cmd, argc - i, argv + i);
