@@ -10,10 +10,34 @@
 #include <unistd.h>
 
 #define RUN_MAX (4u << 20) /* bytes read into the page cache per call */
+#define SCRATCH (1u << 20) /* bytes per pread where sendfile cannot read */
+
+/* Read [pos, pos + len) of fd into a scratch buffer: for a file system
+ * that cannot splice. */
+static int read_through_buffer(int fd, uint64_t pos, size_t len)
+{
+	char *scratch = malloc(SCRATCH);
+	int rc = 0;
+
+	if (!scratch)
+		return -ENOMEM;
+	while (len > 0 && rc == 0) {
+		ssize_t n = pread(fd, scratch, len < SCRATCH ? len : SCRATCH, (off_t)pos);
+
+		if (n > 0) {
+			pos += (uint64_t)n;
+			len -= (size_t)n;
+		} else if (!(n < 0 && errno == EINTR)) {
+			rc = n < 0 ? -errno : -EIO;
+		}
+	}
+	free(scratch);
+	return rc;
+}
 
 /* Bring [pos, pos + len) of fd into the page cache, reporting the disk's
  * error: sendfile to /dev/null splices page references and copies no byte
- * (a pread into a scratch buffer copied every one, a memory copy of each
+ * (a pread into a scratch buffer copies every one, a memory copy of each
  * byte a worker serves cold). 0, or a negative errno (-EIO for a file that
  * ends before pos + len). */
 static int read_into_cache(int fd, int null_fd, uint64_t pos, size_t len)
@@ -24,6 +48,8 @@ static int read_into_cache(int fd, int null_fd, uint64_t pos, size_t len)
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == EINVAL || errno == ENOSYS))
+			return read_through_buffer(fd, pos, len);
 		if (n < 0)
 			return -errno;
 		if (n == 0)

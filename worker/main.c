@@ -102,8 +102,9 @@ static void metrics_init(wrk *w)
 	                                       "path=\"remote\"", "bytes served to clients");
 	k->served_local = cis_metrics_counter(m, "cistern_worker_served_bytes_total",
 	                                      "path=\"local\"", "bytes served to clients");
-	k->read_ahead = cis_metrics_counter(m, "cistern_worker_read_ahead_bytes_total", NULL,
-	                                    "cached bytes a Prefetch started reading into memory");
+	k->read_ahead =
+	    cis_metrics_counter(m, "cistern_worker_read_ahead_bytes_total", NULL,
+	                        "cached bytes a Prefetch asked the kernel to read into memory");
 	k->store_bytes = cis_metrics_counter(m, "cistern_worker_store_fetched_bytes_total", NULL,
 	                                     "bytes read from under-stores");
 	k->store_reads = cis_metrics_counter(m, "cistern_worker_store_reads_total", NULL,
