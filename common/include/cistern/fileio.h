@@ -9,9 +9,9 @@
  * page cache cannot fail (mincore says which those are): only the others
  * are read, into the page cache and no buffer (sendfile to /dev/null), and
  * a later read (sendfile, a reply, the kernel's passthrough) finds them
- * cached. For a block file about to
- * be handed to someone who could only report a failing disk as a broken
- * connection or an EIO to the application. */
+ * cached. For a block file about to be handed to someone who could only
+ * report a failing disk as a broken connection or an EIO to the
+ * application. */
 int cis_file_range_readable(int fd, uint64_t off, uint64_t end);
 
 #endif
