@@ -1353,8 +1353,19 @@ static int s3_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_e
 		return cis_fail(em, -ENOMEM, "s3: out of memory");
 	r.key = key;
 	rc = s3_do(s, &r, em);
+	if (rc == 0 && !r.have_cl) {
+		/* Taken for 0 bytes, the object would read as empty. */
+		char what[600];
+
+		what_of(s, key, what, sizeof(what));
+		rc = cis_fail(em, -CIS_E_STORE,
+		              "%s: the store answered HEAD without a Content-Length, so the "
+		              "object's size is unknown",
+		              what);
+		goto out;
+	}
 	if (rc == 0) {
-		st->size = r.have_cl ? r.content_length : 0;
+		st->size = r.content_length;
 		st->mtime_ns = r.mtime_ns;
 		snprintf(st->version, sizeof(st->version), "%s", r.etag);
 		goto out;

@@ -370,6 +370,30 @@ Test(s3_range, bodyless_region_and_redirect_replies_named)
 	cis_ufs_close(u);
 }
 
+/* A HEAD answered 200 without a Content-Length fails: taken for 0 bytes,
+ * the object would read as empty. */
+Test(s3_range, head_without_content_length_refused)
+{
+	struct cis_ufs_stat st;
+	cis_errmsg em = {{0}};
+	cis_ufs *u;
+
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nConnection: close\r\n\r\n");
+	u = open_fake_store(&em);
+	cr_assert_eq(cis_ufs_stat(u, "obj", &st, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert_str_eq(em.text, "s3://bkt/obj: the store answered HEAD without a "
+	                          "Content-Length, so the object's size is unknown");
+	/* With it, the same answer is the object. */
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 12\r\n"
+	         "Connection: close\r\n\r\n");
+	cr_assert_eq(cis_ufs_stat(u, "obj", &st, &em), 0, "%s", em.text);
+	cr_assert_eq(st.size, 12);
+	cr_assert(!st.is_dir);
+	cis_ufs_close(u);
+}
+
 /* The region the request was signed for, from its credential scope
  * (Credential=AK/DATE/REGION/s3/aws4_request). */
 static const char *signed_region(char *out, size_t len)
