@@ -1304,22 +1304,28 @@ static pid_t read_pid(const char *state)
 	return pid > 0 ? pid : 0;
 }
 
-/* The pid of the supervisor running on state, or 0. A supervisor holds the
- * state's lock while it runs: when the lock is free, local.pid is left from
- * one that was killed, and its pid may be another process's by now. */
-static pid_t stack_pid(const char *state)
+/* Whether a supervisor holds state's lock: it does while it runs. */
+static bool stack_lock_held(const char *state)
 {
 	char lockp[PATH_MAX];
 	int fd;
 
 	if (!path_join(lockp, sizeof(lockp), state, "lock"))
-		return 0;
+		return false;
 	fd = open(lockp, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return false;
 	bool held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
 	close(fd);
-	if (!held) {
+	return held;
+}
+
+/* The pid of the supervisor running on state, or 0. When the lock is
+ * free, local.pid is left from one that was killed, and its pid may be
+ * another process's by now. */
+static pid_t stack_pid(const char *state)
+{
+	if (!stack_lock_held(state)) {
 		char path[PATH_MAX];
 
 		if (path_join(path, sizeof(path), state, "local.pid"))
@@ -1357,10 +1363,12 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		kill(pid, SIGTERM);
 		/* Gone when its lock is free: a supervisor whose parent does
 		 * not reap it (PID 1 in a container) stays a zombie, which
-		 * kill(pid, 0) takes for alive. */
-		while (stack_pid(state) == pid && cis_mono_ms() < deadline)
+		 * kill(pid, 0) takes for alive; and it removes local.pid
+		 * before it lets go of the lock, so the pid file going says
+		 * nothing yet. */
+		while (stack_lock_held(state) && cis_mono_ms() < deadline)
 			cis_sleep_ms(50);
-		if (stack_pid(state) == pid) {
+		if (stack_lock_held(state)) {
 			fprintf(stderr, "cistern local: pid %d did not stop; see %s/logs\n",
 			        (int)pid, state);
 			return -ETIMEDOUT;

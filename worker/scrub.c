@@ -11,6 +11,11 @@
 
 #include "cistern/time.h"
 
+/* The shortest wait between two steps, whatever the flags say: with a
+ * pause of 0 the thread would spin (an empty cache, --scrub-interval 0),
+ * or read blocks back to back at the disk's full speed. */
+#define SCRUB_MIN_WAIT_MS 20
+
 struct wrk_scrub {
 	wrk *w;
 	pthread_t th;
@@ -49,6 +54,8 @@ static void *scrub_main(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		uint64_t pause = scrub_step(s->w, &cursor, &started) ? s->w->scrub_pause_ms
 		                                                     : s->w->scrub_interval_ms;
+		if (pause < SCRUB_MIN_WAIT_MS)
+			pause = SCRUB_MIN_WAIT_MS;
 		pthread_mutex_lock(&s->mu);
 		if (!s->stop)
 			cis_cond_wait_ms(&s->cv, &s->mu, pause);

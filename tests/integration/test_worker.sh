@@ -369,6 +369,16 @@ wait_for 20 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1
 wcl W1 f.bin read 0 0 0 | cmp - <(expect f.bin 0 $MB) || fail "scrubbed block served corrupted"
 kill_pid "$W1_PID"
 
+log "a scrubber told not to pause does not spin"
+mkdir -p "$CIS_TMP/c-empty"
+start_worker WS --cache-dir "$CIS_TMP/c-empty:8M" --scrub-interval 0 --scrub-pause 0
+cpu0=$(awk '{print $14 + $15}' "/proc/$WS_PID/stat")
+sleep 2
+cpu=$(($(awk '{print $14 + $15}' "/proc/$WS_PID/stat") - cpu0))
+# Clock ticks (100 a second): spinning, it took some 50 in 2 s; idle, 1.
+[ "$cpu" -lt 20 ] || fail "an idle worker with --scrub-interval 0 used $cpu ticks of CPU in 2 s"
+kill_pid "$WS_PID"
+
 # ---------------------------------------------------------------- eviction
 log "eviction keeps usage under the high watermark; pins and leases hold"
 start_worker W2 --cache-dir "$CIS_TMP/c2:8M" --high-watermark 0.9 --low-watermark 0.7
