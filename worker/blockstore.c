@@ -1152,6 +1152,13 @@ int wrk_bs_verify(wrk_bs *bs, cis_block_id id, bool again)
 		goto out_close;
 	}
 	while (done < info.len) {
+		/* A stop does not wait for the rest of a block of up to 1 GiB
+		 * (on a slow or hung disk, minutes): no verdict, the block
+		 * stays as it was. */
+		if (atomic_load(&bs->w->stopping)) {
+			rc = -ECANCELED;
+			goto out_close;
+		}
 		ssize_t n = pread(fd, buf, 1 << 20, (off_t)done);
 
 		if (n < 0 && errno == EINTR)
@@ -1172,7 +1179,7 @@ out_release:
 	cis_checksum_free(cs);
 	/* A mismatch, a missing file, or one that cannot be read; not a
 	 * process short of descriptors or memory (the block is fine). */
-	bool bad = rc < 0 && !wrk_short_of_resources(-rc);
+	bool bad = rc < 0 && rc != -ECANCELED && !wrk_short_of_resources(-rc);
 	if (bad) /* this copy: a new one of the id may have come meanwhile */
 		wrk_bs_drop_held(bs, info.blk,
 		                 rc == -ENOENT           ? "file missing"

@@ -1439,8 +1439,8 @@ static void run_direct(wrk_fx *fx, job *j)
  * there first or is under way (readers of one block after a restart queue
  * one each; wrk_bs_verify lets one read it). A block that fails, or whose
  * file cannot be read, is dropped by wrk_bs_verify, unless the process is
- * only short of descriptors or memory: then the block stays and the error
- * is the reader's. */
+ * only short of descriptors or memory, or stopping (-ECANCELED): then the
+ * block stays and the error is the reader's. */
 static int verify_once(wrk *w, cis_block_id id)
 {
 	return wrk_bs_verify(w->bs, id, false);
@@ -1460,7 +1460,7 @@ static void run_job(wrk_fx *fx, job *j, char *stage)
 		break;
 	case J_VERIFY_READ:
 		rc = verify_once(w, j->ref.id);
-		if (wrk_short_of_resources(-rc)) {
+		if (rc == -ECANCELED || wrk_short_of_resources(-rc)) {
 			cis_rpc_reply_error(j->conn, &j->hdr, rc,
 			                    "cannot verify the cached block now: %s",
 			                    cis_strerror(rc));
@@ -1471,7 +1471,7 @@ static void run_job(wrk_fx *fx, job *j, char *stage)
 		break;
 	case J_VERIFY_ENSURE:
 		rc = verify_once(w, j->ref.id);
-		if (wrk_short_of_resources(-rc)) {
+		if (rc == -ECANCELED || wrk_short_of_resources(-rc)) {
 			cis_errmsg em = {{0}};
 			cis_fail(&em, rc, "cannot verify the cached block now: %s",
 			         cis_strerror(rc));

@@ -91,7 +91,7 @@ void wrk_scrub_stop(wrk_scrub *s)
 	s->stop = true;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	pthread_join(s->th, NULL); /* after the block being verified, if any */
+	pthread_join(s->th, NULL); /* a verify under way gives up at w->stopping */
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s);

@@ -207,7 +207,8 @@ int wrk_bs_free(wrk_bs *bs, cis_block_id id);
 int wrk_bs_drop_held(wrk_bs *bs, wrk_block *b, const char *why);
 /* Read the block's file and compare its checksum. 0 (now verified), or an
  * error: the copy is dropped (by its handle: a copy fetched again meanwhile
- * stays) unless the process was only short of descriptors or memory.
+ * stays) unless the process was only short of descriptors or memory, or
+ * began to stop (-ECANCELED, no verdict: the block stays unverified).
  * One verify of a block runs at a time; another waits for its verdict,
  * and then reads the block again only if again (the scrubber) or if that
  * verify did not settle it (failed for lack of memory, say). */

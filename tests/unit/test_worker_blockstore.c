@@ -497,6 +497,27 @@ Test(worker_blockstore, reopen_reconciles_and_verifies)
 	wrk_bs_close(bs);
 }
 
+/* A verify under way when the worker stops gives up (a stop does not wait
+ * for a block of up to 1 GiB to be read): no verdict, the block stays,
+ * unverified, and a later verify settles it. */
+Test(worker_blockstore, a_verify_at_a_stop_gives_no_verdict)
+{
+	wrk_bs *bs = open_bs(10000);
+	wrk_blk_info info;
+
+	cr_assert_eq(put(bs, 0, 100, false), 0);
+	atomic_store(&w.stopping, true);
+	cr_assert_eq(wrk_bs_verify(bs, bid(0), true), -ECANCELED);
+	atomic_store(&w.stopping, false);
+	cr_assert(wrk_bs_has(bs, bid(0)), "a block dropped for a stop");
+	cr_assert_eq(cis_counter_get(w.m.checksum_failures), 0);
+	cr_assert_eq(wrk_bs_verify(bs, bid(0), true), 0);
+	cr_assert_eq(wrk_bs_acquire(bs, bid(0), false, &info), 0);
+	cr_assert(info.verified);
+	wrk_bs_release(bs, info.blk);
+	wrk_bs_close(bs);
+}
+
 Test(worker_blockstore, drop_in_use_keeps_the_open_file_readable)
 {
 	wrk_bs *bs = open_bs(1000);
