@@ -1616,7 +1616,7 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		 * for a lock file. */
 		d->lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-			rc = d->lock_fd < 0 ? -errno : -EBUSY;
+			rc = errno == EWOULDBLOCK && d->lock_fd >= 0 ? -EBUSY : -errno;
 			rc = cis_fail(em, rc, "cache dir %s: %s", d->path,
 			              rc == -EBUSY ? "in use by another worker" : cis_strerror(rc));
 			goto out_dirs;
