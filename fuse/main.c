@@ -932,16 +932,20 @@ static void *bg_main(void *arg)
 
 /* ---- start-up checks ---- */
 
-/* Whether path (canonical) is a mount point already, from mountinfo. */
-static bool is_mounted(const char *path)
+/* Whether path (canonical) is a mount point, from mountinfo; the file
+ * system type of the top mount there (the last line naming it) goes to
+ * type (n bytes) when it is not NULL. */
+static bool mount_at(const char *path, char *type, size_t n)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
 		return false;
 	char line[4096];
 	bool found = false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		/* id parent maj:min root MOUNTPOINT ...; spaces escaped as \040 */
+	while (fgets(line, sizeof(line), f)) {
+		/* id parent maj:min root MOUNTPOINT opts [tags] - TYPE source ...;
+		 * spaces escaped as \040 */
+		char *sep = strstr(line, " - ");
 		char *save = NULL, *tok = strtok_r(line, " ", &save);
 		for (int i = 0; tok && i < 4; i++)
 			tok = strtok_r(NULL, " ", &save);
@@ -960,10 +964,39 @@ static bool is_mounted(const char *path)
 			}
 		}
 		un[j] = 0;
-		found = strcmp(un, path) == 0;
+		if (strcmp(un, path) != 0)
+			continue;
+		found = true;
+		if (type && n) {
+			type[0] = 0;
+			if (sep)
+				sscanf(sep + 3, "%63s", type);
+		}
 	}
 	fclose(f);
 	return found;
+}
+
+/* The canonical path of mount point mnt without looking at mnt itself (a
+ * dead mount there fails every look): its parent's real path and its
+ * name. False when that cannot be had. */
+static bool canonical_mountpoint(const char *mnt, char *out, size_t n)
+{
+	char copy[PATH_MAX], parent[PATH_MAX];
+	if (snprintf(copy, sizeof(copy), "%s", mnt) >= (int)sizeof(copy))
+		return false;
+	size_t len = strlen(copy);
+	while (len > 1 && copy[len - 1] == '/')
+		copy[--len] = 0;
+	char *slash = strrchr(copy, '/');
+	const char *name = slash ? slash + 1 : copy;
+	if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return false;
+	if (slash)
+		*slash = 0;
+	if (!realpath(slash ? (copy[0] ? copy : "/") : ".", parent))
+		return false;
+	return snprintf(out, n, "%s%s%s", parent, strcmp(parent, "/") ? "/" : "", name) < (int)n;
 }
 
 static int check_mountpoint(const char *mnt, cis_errmsg *em)
@@ -974,11 +1007,16 @@ static int check_mountpoint(const char *mnt, cis_errmsg *em)
 	 * restarted in its pod, a unit restarted): detached when we may, as
 	 * fusermount3 -u -z would, else named. statfs always asks the
 	 * daemon; a stat may be answered from the kernel's cached attributes. */
+	char canon[PATH_MAX], type[64];
 	for (int i = 0; i < 8 && statfs(mnt, &sfs) != 0 && errno == ENOTCONN && getuid() == 0;
 	     i++) {
-		if (umount2(mnt, MNT_DETACH) != 0)
+		/* Only a FUSE mount, as fusermount3 would (ENOTCONN from
+		 * another file system is no dead FUSE daemon). */
+		if (!canonical_mountpoint(mnt, canon, sizeof(canon)) ||
+		    !mount_at(canon, type, sizeof(type)) || strncmp(type, "fuse", 4) != 0 ||
+		    umount2(canon, MNT_DETACH) != 0)
 			break;
-		cis_info("detached a dead FUSE mount", "mountpoint=%s", mnt);
+		cis_info("detached a dead FUSE mount", "mountpoint=%s type=%s", canon, type);
 	}
 	if (stat(mnt, &st) || statfs(mnt, &sfs)) {
 		int e = errno;
@@ -995,7 +1033,7 @@ static int check_mountpoint(const char *mnt, cis_errmsg *em)
 	if (!S_ISDIR(st.st_mode))
 		return cis_fail(em, -ENOTDIR, "%s: mount point is not a directory", mnt);
 	char real[PATH_MAX];
-	if (realpath(mnt, real) && is_mounted(real))
+	if (realpath(mnt, real) && mount_at(real, NULL, 0))
 		return cis_fail(em, -EBUSY,
 		                "%s: already mounted (unmount it first: fusermount3 -u %s)", mnt,
 		                mnt);

@@ -178,8 +178,9 @@ int main(int argc, char **argv)
 	    .name = "master",
 	    .handler = mst_rpc_handler,
 	    .ctx = pool,
-	    .bad_frames = cis_metrics_counter(metrics, "cistern_master_rpc_bad_frames_total", NULL,
-	                                      "RPC connections dropped for a malformed frame"),
+	    .bad_frames = cis_metrics_counter(
+	        metrics, "cistern_master_rpc_bad_frames_total", NULL,
+	        "RPC connections dropped for a malformed frame or one not finished in time"),
 	    .refused_conns = cis_metrics_counter(metrics, "cistern_master_rpc_refused_total", NULL,
 	                                         "RPC connections refused over the limit"),
 	};

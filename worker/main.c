@@ -384,8 +384,9 @@ int main(int argc, char **argv)
 	ro.name = "worker";
 	ro.handler = wrk_serve_handler;
 	ro.ctx = &w;
-	ro.bad_frames = cis_metrics_counter(w.metrics, "cistern_worker_rpc_bad_frames_total", NULL,
-	                                    "RPC connections dropped for a malformed frame");
+	ro.bad_frames = cis_metrics_counter(
+	    w.metrics, "cistern_worker_rpc_bad_frames_total", NULL,
+	    "RPC connections dropped for a malformed frame or one not finished in time");
 	ro.refused_conns = cis_metrics_counter(w.metrics, "cistern_worker_rpc_refused_total", NULL,
 	                                       "RPC connections refused over the limit");
 	rc = cis_rpc_server_start(&ro, &rpc, &em);
