@@ -299,6 +299,11 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 				Cis__ReplicateRequest rq = CIS__REPLICATE_REQUEST__INIT;
 				rq.block = &ref;
 				rq.source = src;
+				/* Pinned by the worker itself once copied: the Pin
+				 * below is cancelled, or never sent, when the master
+				 * stops during the copy, and a later pass finds the
+				 * block at its target and pins nothing. */
+				rq.pin = pol.pin == 1;
 				cis_rpc_result res = {.fd = -1};
 				cis_errmsg em = {{0}};
 				int err = mst_wcall_in(s->m, t, s->cancel, CIS_MSG_WORKER_REPLICATE,

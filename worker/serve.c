@@ -524,7 +524,7 @@ static void handle_replicate(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hd
 	 * worker's id is 0: no telling.) */
 	uint64_t me = atomic_load(&w->worker_id);
 	bool self = req->source && me && req->source->id == me;
-	load_one(c, 0, req->block, false, self ? NULL : req->source);
+	load_one(c, 0, req->block, req->pin, self ? NULL : req->source);
 	pthread_mutex_lock(&c->mu);
 	if (--c->left == 0) {
 		pthread_mutex_unlock(&c->mu);

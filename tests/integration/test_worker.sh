@@ -333,6 +333,16 @@ assert_eq "$(metric W6 cistern_worker_store_reads_total)" 1 "fell back to the st
 reads0=$(metric W6 cistern_worker_store_reads_total)
 wcl W6 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "replica differs"
 wcl W6 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "fallback copy differs"
+# A copy asked pinned is pinned once cached: reads of more blocks than a
+# small cache holds evict everything else, not it.
+start_worker W7 --cache-dir "$CIS_TMP/c7:3M"
+out=$(wcl W7 f.bin replicate 4 "127.0.0.1:$W1_RPC" pin)
+assert_contains "$out" "from_peer=1 code=0"
+for b in 0 1 2 3 0 1 2 3; do wcl W7 f.bin read $b 0 0 >/dev/null; done
+r7=$(metric W7 cistern_worker_store_reads_total)
+wcl W7 f.bin read 4 0 0 | cmp - <(expect f.bin $((4 * MB)) $MB) || fail "pinned copy differs"
+assert_eq "$(metric W7 cistern_worker_store_reads_total)" "$r7" "the copy asked pinned was evicted"
+kill_pid "$W7_PID"
 assert_eq "$(metric W6 cistern_worker_store_reads_total)" "$reads0" "replicas are cached"
 kill_pid "$W6_PID"
 

@@ -24,7 +24,8 @@
  *   parallel N INDEX     N threads read the whole block at once over TCP; all
  *                        must agree; prints the bytes once
  *   prefetch|load|pin|unpin|free INDEX...   the batch requests; prints the reply
- *   replicate INDEX HOST:PORT  copy the block from that peer worker (store fallback)
+ *   replicate INDEX HOST:PORT [pin]  copy the block from that peer worker (store
+ *                        fallback), pinned once cached with pin
  *   stat                 prints "dir used capacity blocks writable" lines
  *   id INDEX             prints the block id
  *   garbage              sends junk after HELLO and checks the worker still answers
@@ -733,6 +734,7 @@ int main(int argc, char **argv)
 		src.rpc_port = port;
 		req.block = &r.ref;
 		req.source = &src;
+		req.pin = i + 2 < argc && strcmp(argv[i + 2], "pin") == 0;
 		c = connect_to(tcp_addr, unix_path);
 		rep = call(c, CIS_MSG_WORKER_REPLICATE, &req.base,
 		           &cis__replicate_reply__descriptor, NULL);

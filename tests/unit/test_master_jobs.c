@@ -1268,20 +1268,27 @@ Test(jobs, trim_spares_copies_while_a_holder_is_silent)
 	cis_rpc_server_stop(sb);
 }
 
-static atomic_int replicates_seen;
+static atomic_int replicates_seen, replicates_pinned;
 
 /* Takes Replicate requests and never answers them (a worker stuck on a
- * slow peer or store). */
+ * slow peer or store); counts those that ask for the copy pinned. */
 static void stuck_replicator(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
                              const uint8_t *msg, struct evbuffer *data)
 {
 	(void)ctx;
-	(void)msg;
 	(void)data;
-	if (hdr->type == CIS_MSG_WORKER_REPLICATE)
+	if (hdr->type == CIS_MSG_WORKER_REPLICATE) {
+		Cis__ReplicateRequest *rq = NULL;
+		if (cis_msg_unpack(&cis__replicate_request__descriptor, msg, hdr->msg_len,
+		                   (ProtobufCMessage **)&rq) == 0) {
+			if (rq->pin)
+				atomic_fetch_add(&replicates_pinned, 1);
+			protobuf_c_message_free_unpacked(&rq->base, NULL);
+		}
 		atomic_fetch_add(&replicates_seen, 1);
-	else
+	} else {
 		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+	}
 }
 
 /* Stopping the master stops a replication pass under way: its call in
@@ -1308,10 +1315,45 @@ Test(jobs, a_replication_pass_stops_with_the_master)
 		beat(b, NULL);
 	}
 	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
+	cr_assert_eq(atomic_load(&replicates_pinned), 0,
+	             "a copy asked pinned without a pin policy");
 	uint64_t t0 = cis_mono_ms();
 	mst_repl_stop(m->repl);
 	cr_assert_lt(cis_mono_ms() - t0, 10000, "the stop waited %llu ms for the pass (60 s call)",
 	             (unsigned long long)(cis_mono_ms() - t0));
+	mst_close(m);
+	cis_rpc_server_stop(srv);
+	open_master();
+}
+
+/* Under a pin policy a copy is asked pinned in the Replicate itself: the
+ * Pin sent after it never goes out when the master stops during the copy,
+ * and a later pass finds the block at its target and pins nothing. */
+Test(jobs, a_copy_under_a_pin_policy_is_asked_pinned)
+{
+	cis_errmsg em = {{0}};
+	reopen_with_threads(1000);
+	uint64_t a = fake_worker(1 << 20), b;
+	cis_rpc_server *srv = serve_worker_as(stuck_replicator, &b);
+	cr_assert_eq(mst_policy_update(m, "/m", 2, 1, -1, false, &em), 0, "%s", em.text);
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0;
+	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
+	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	atomic_store(&replicates_seen, 0);
+	atomic_store(&replicates_pinned, 0);
+	beat(a, &bid);
+	for (int i = 0; i < 100 && !atomic_load(&replicates_seen); i++) {
+		mst_repl_kick(m);
+		cis_sleep_ms(100);
+		beat(a, NULL);
+		beat(b, NULL);
+	}
+	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
+	cr_assert_eq(atomic_load(&replicates_pinned), atomic_load(&replicates_seen),
+	             "a copy under a pin policy asked unpinned");
+	mst_repl_stop(m->repl);
 	mst_close(m);
 	cis_rpc_server_stop(srv);
 	open_master();
