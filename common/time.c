@@ -24,11 +24,11 @@ int cis_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t ms)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
 	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
 	ts.tv_nsec %= 1000000000L;
-	return pthread_cond_timedwait(cond, mu, &ts);
+	return pthread_cond_clockwait(cond, mu, CLOCK_MONOTONIC, &ts);
 }
 
 void cis_sleep_ms(uint64_t ms)

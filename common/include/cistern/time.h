@@ -12,8 +12,9 @@ static inline uint64_t cis_mono_ms(void)
 	return cis_mono_ns() / 1000000u;
 }
 int64_t cis_wall_ns(void);
-/* pthread_cond_timedwait for at most ms from now (the condition's clock
- * is CLOCK_REALTIME, the default): its result. */
+/* Wait on cond for at most ms from now, on the monotonic clock whatever
+ * the condition's own (a step of the wall clock neither stretches nor
+ * cuts the wait): pthread_cond_clockwait's result. */
 int cis_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, uint64_t ms);
 /* Sleep, restarting after signals. */
 void cis_sleep_ms(uint64_t ms);
