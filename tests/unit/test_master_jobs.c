@@ -1291,22 +1291,24 @@ static void stuck_replicator(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr 
 	}
 }
 
-/* Stopping the master stops a replication pass under way: its call in
- * flight is abandoned (it waited out its 60 s timeout, and the pass went
- * on walking every managed path after it). */
-Test(jobs, a_replication_pass_stops_with_the_master)
+/* A master whose replication pass is stuck copying /m/a.txt's block (one
+ * copy of two) to a worker that takes Replicate requests and never
+ * answers, the files under pin (-1: no pin policy). The stuck worker's
+ * server, to stop at the end. */
+static cis_rpc_server *stuck_copy(int pin)
 {
 	cis_errmsg em = {{0}};
 	reopen_with_threads(1000);
 	uint64_t a = fake_worker(1 << 20), b;
 	cis_rpc_server *srv = serve_worker_as(stuck_replicator, &b);
-	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, -1, false, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_policy_update(m, "/m", 2, pin, -1, false, &em), 0, "%s", em.text);
 	mst_inode f;
 	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
 	uint64_t bs = 0;
 	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
 	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
 	atomic_store(&replicates_seen, 0);
+	atomic_store(&replicates_pinned, 0);
 	beat(a, &bid); /* one copy of two: the pass copies it to b */
 	for (int i = 0; i < 100 && !atomic_load(&replicates_seen); i++) {
 		mst_repl_kick(m);
@@ -1315,6 +1317,15 @@ Test(jobs, a_replication_pass_stops_with_the_master)
 		beat(b, NULL);
 	}
 	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
+	return srv;
+}
+
+/* Stopping the master stops a replication pass under way: its call in
+ * flight is abandoned (it waited out its 60 s timeout, and the pass went
+ * on walking every managed path after it). */
+Test(jobs, a_replication_pass_stops_with_the_master)
+{
+	cis_rpc_server *srv = stuck_copy(-1);
 	cr_assert_eq(atomic_load(&replicates_pinned), 0,
 	             "a copy asked pinned without a pin policy");
 	uint64_t t0 = cis_mono_ms();
@@ -1331,26 +1342,7 @@ Test(jobs, a_replication_pass_stops_with_the_master)
  * and a later pass finds the block at its target and pins nothing. */
 Test(jobs, a_copy_under_a_pin_policy_is_asked_pinned)
 {
-	cis_errmsg em = {{0}};
-	reopen_with_threads(1000);
-	uint64_t a = fake_worker(1 << 20), b;
-	cis_rpc_server *srv = serve_worker_as(stuck_replicator, &b);
-	cr_assert_eq(mst_policy_update(m, "/m", 2, 1, -1, false, &em), 0, "%s", em.text);
-	mst_inode f;
-	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
-	uint64_t bs = 0;
-	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
-	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
-	atomic_store(&replicates_seen, 0);
-	atomic_store(&replicates_pinned, 0);
-	beat(a, &bid);
-	for (int i = 0; i < 100 && !atomic_load(&replicates_seen); i++) {
-		mst_repl_kick(m);
-		cis_sleep_ms(100);
-		beat(a, NULL);
-		beat(b, NULL);
-	}
-	cr_assert_gt(atomic_load(&replicates_seen), 0, "no replication pass reached the worker");
+	cis_rpc_server *srv = stuck_copy(1);
 	cr_assert_eq(atomic_load(&replicates_pinned), atomic_load(&replicates_seen),
 	             "a copy under a pin policy asked unpinned");
 	mst_repl_stop(m->repl);
