@@ -985,6 +985,24 @@ static bool canonical_mountpoint(const char *mnt, char *out, size_t n)
 	char copy[PATH_MAX], parent[PATH_MAX];
 	if (snprintf(copy, sizeof(copy), "%s", mnt) >= (int)sizeof(copy))
 		return false;
+	/* A link to the mount point: the kernel mounted on its target. */
+	struct stat ls;
+	for (int hops = 0; hops < 8 && lstat(copy, &ls) == 0 && S_ISLNK(ls.st_mode); hops++) {
+		char target[PATH_MAX];
+		ssize_t k = readlink(copy, target, sizeof(target) - 1);
+		if (k <= 0)
+			return false;
+		target[k] = 0;
+		char *slash = strrchr(copy, '/');
+		if (target[0] == '/' || !slash) {
+			memcpy(copy, target, (size_t)k + 1);
+		} else {
+			slash[1] = 0;
+			if (strlen(copy) + (size_t)k >= sizeof(copy))
+				return false;
+			memcpy(copy + strlen(copy), target, (size_t)k + 1);
+		}
+	}
 	size_t len = strlen(copy);
 	while (len > 1 && copy[len - 1] == '/')
 		copy[--len] = 0;

@@ -529,10 +529,13 @@ again:
 			                    strerror(e));
 			return;
 		}
-		if (unreadable == -ENOMEM) {
+		if (unreadable && wrk_short_of_resources(-unreadable)) {
+			/* The worker's want, not the file's fault: the block stays. */
 			close(fd);
 			wrk_bs_release(w->bs, info.blk);
-			cis_rpc_reply_error(conn, hdr, -ENOMEM, "worker out of memory");
+			cis_rpc_reply_error(conn, hdr, unreadable,
+			                    "cannot read the cached block now: %s",
+			                    cis_strerror(unreadable));
 			return;
 		}
 		/* Deleted, truncated or unreadable (a failing disk) behind our

@@ -43,6 +43,7 @@
 #define WRK_STREAM_MIN        (256u << 10) /* send a streamed frame once this much is in */
 #define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
 #define WRK_READ_AHEAD_MAX    (64u << 20)  /* cached bytes one Prefetch reads into memory */
+#define WRK_READ_AHEAD_PIECE  (128u << 10) /* bytes asked for per WILLNEED */
 /* Uses of a block within this of the first use of a pass are that pass,
  * one use for eviction (a reader of a 4 MiB block asks for it in 1 MiB
  * reads); a use this long after it or later is a re-use: the block goes to

@@ -161,7 +161,8 @@ dd if="$bfile" iflag=nocache count=0 status=none
 ahead0=$(metric W1 cistern_worker_read_ahead_bytes_total)
 out=$(wcl W1 scan2 prefetch 0)
 assert_contains "$out" "queued 0"
-assert_eq "$(metric W1 cistern_worker_read_ahead_bytes_total)" $((ahead0 + MB)) "bytes read ahead"
+# Read ahead once the reply is out: counted a moment later.
+wait_for 10 bash -c "[ \$(curl -fsS http://127.0.0.1:$W1_HTTP/metrics | awk '\$1==\"cistern_worker_read_ahead_bytes_total\"{print \$2}') = $((ahead0 + MB)) ]"
 wait_for 10 bash -c "[ \$(fincore --bytes --noheadings --output RES '$bfile') = $MB ]"
 assert_eq "$(metric W1 cistern_worker_store_reads_total)" "$reads0" "a cached block's prefetch read the store"
 

@@ -4,14 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cistern/fileio.h"
 
-/* A temporary file of len bytes, open for reading; unlinked. */
+/* A temporary file of len bytes, open for reading; unlinked. In the
+ * working directory (the build's), on a disk: a tmpfs /tmp keeps every
+ * page in memory. */
 static int temp_file(size_t len)
 {
-	char path[] = "/tmp/cis-fileio-XXXXXX";
+	char path[] = "cis-fileio-XXXXXX";
 	int fd = mkstemp(path);
 	char *buf = malloc(len ? len : 1);
 
@@ -55,10 +58,34 @@ Test(fileio, whole_and_partial_ranges_read)
 	cr_assert_eq(cis_file_range_readable(fd, 100, 100), 0, "an empty range");
 	/* Not in the page cache: read for real, into it. */
 	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	cr_assert_lt(resident_pages(fd, 3 << 20), pages(3 << 20), "the drop left the file cached");
+	if (resident_pages(fd, 3 << 20) == pages(3 << 20)) {
+		close(fd);
+		cr_skip_test("the page cache keeps this file after a drop (a tmpfs build dir?)");
+	}
 	cr_assert_eq(cis_file_range_readable(fd, 1, 3 << 20), 0);
 	cr_assert_eq(resident_pages(fd, 3 << 20), pages(3 << 20),
 	             "the range read is not in the page cache");
+	close(fd);
+}
+
+/* No descriptor to spare for /dev/null: the range is read through a buffer,
+ * into the page cache all the same, and still reported readable. */
+Test(fileio, without_a_descriptor_to_spare_the_range_is_read_all_the_same)
+{
+	int fd = temp_file(2 << 20);
+	struct rlimit was, none;
+
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+	none = was;
+	none.rlim_cur = (rlim_t)fd + 1; /* fd is the highest open one */
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &none), 0);
+	int spare = open("/dev/null", O_RDONLY);
+	int rc = cis_file_range_readable(fd, 0, 2 << 20);
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+	cr_assert_lt(spare, 0, "a descriptor was to be had: the test proves nothing");
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(resident_pages(fd, 2 << 20), pages(2 << 20));
 	close(fd);
 }
 
