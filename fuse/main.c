@@ -968,9 +968,11 @@ static bool mount_at(const char *path, char *type, size_t n)
 			continue;
 		found = true;
 		if (type && n) {
-			type[0] = 0;
-			if (sep)
-				sscanf(sep + 3, "%63s", type);
+			size_t k = sep ? strcspn(sep + 3, " \n") : 0;
+			if (k >= n)
+				k = n - 1;
+			memcpy(type, sep ? sep + 3 : "", k);
+			type[k] = 0;
 		}
 	}
 	fclose(f);
