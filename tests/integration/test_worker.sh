@@ -585,6 +585,35 @@ wcl W5 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "after t
 kill -0 "$W5_PID" || fail "worker died"
 kill_pid "$W5_PID"
 
+log "a prefetched cached block is read ahead whole on a disk with a small readahead window"
+# The kernel reads at most the disk's readahead window per WILLNEED (the
+# larger of read_ahead_kb and max_sectors_kb): on a loop disk set to 128
+# KiB, a 1 MiB block asked for in one call came in an eighth.
+if losetup -f >/dev/null 2>&1; then
+	truncate -s 64M "$CIS_TMP/ra.img"
+	mkfs.ext4 -q -F -b 4096 "$CIS_TMP/ra.img" || fail "mkfs.ext4 failed"
+	ra_dev=$(losetup -f --show "$CIS_TMP/ra.img") || fail "losetup failed"
+	cis_on_exit "losetup -d $ra_dev"
+	q=/sys/block/$(basename "$ra_dev")/queue
+	echo 128 >"$q/read_ahead_kb" && echo 128 >"$q/max_sectors_kb" ||
+		fail "cannot set the loop disk's readahead window"
+	mkdir -p "$CIS_TMP/ra"
+	mount "$ra_dev" "$CIS_TMP/ra" || fail "mount of the loop device failed"
+	cis_on_exit "umount -l $CIS_TMP/ra"
+	start_worker W9 --cache-dir "$CIS_TMP/ra/c:16M"
+	wcl W9 scan5 read 0 0 0 | cmp - "$DATA/scan5" || fail "block on the loop disk differs"
+	id=$(wcl W9 scan5 id 0)
+	bfile="$CIS_TMP/ra/c/${id:0:2}/$id"
+	sync "$bfile"
+	dd if="$bfile" iflag=nocache count=0 status=none
+	[ "$(resident)" -lt "$MB" ] || fail "the page cache kept $bfile after a drop"
+	assert_contains "$(wcl W9 scan5 prefetch 0)" "queued 0"
+	wait_for 10 bash -c "[ \$(fincore --bytes --noheadings --output RES '$bfile') = $MB ]"
+	kill_pid "$W9_PID"
+else
+	skip "a small readahead window: no loop device on this machine"
+fi
+
 log "a cached block on a failing disk is fetched again"
 # A cache dir on a loop device whose end is cut off once the blocks are
 # cached: their files' reads fail with EIO, as on a disk going bad. The
