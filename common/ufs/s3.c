@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,24 @@ static char *full_key(const struct s3 *s, const char *path)
 static void what_of(const struct s3 *s, const char *key, char *out, size_t n)
 {
 	snprintf(out, n, "s3://%s%s%s", s->bucket, key && key[0] ? "/" : "", key ? key : "");
+}
+
+/* cis_fail with the message after "s3://bucket/key: ". */
+static int fail_at(const struct s3 *s, const char *key, cis_errmsg *em, int code, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
+static int fail_at(const struct s3 *s, const char *key, cis_errmsg *em, int code, const char *fmt,
+                   ...)
+{
+	char what[600], msg[CIS_ERRMSG_MAX];
+	va_list ap;
+
+	if (!em)
+		return code;
+	what_of(s, key, what, sizeof(what));
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return cis_fail(em, code, "%s: %s", what, msg);
 }
 
 /* Sleep before the next attempt; cut short when the process stops. */
@@ -1355,13 +1374,9 @@ static int s3_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_e
 	rc = s3_do(s, &r, em);
 	if (rc == 0 && !r.have_cl) {
 		/* Taken for 0 bytes, the object would read as empty. */
-		char what[600];
-
-		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: the store answered HEAD without a Content-Length, so the "
-		              "object's size is unknown",
-		              what);
+		rc = fail_at(s, key, em, -CIS_E_STORE,
+		             "the store answered HEAD without a Content-Length, so the "
+		             "object's size is unknown");
 		goto out;
 	}
 	if (rc == 0) {
@@ -1385,9 +1400,7 @@ static int s3_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_e
 	} else if (found) {
 		st->is_dir = true;
 	} else {
-		char what[600];
-		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -ENOENT, "%s: no such object or directory", what);
+		rc = fail_at(s, key, em, -ENOENT, "no such object or directory");
 	}
 out:
 	free(dirp);
@@ -1477,21 +1490,16 @@ static int s3_list(void *state, const char *dir, const char *token, size_t max, 
 		goto out;
 	rc = cis_s3_xml_parse_list(r.resp.data, r.resp.len, &l);
 	if (rc) {
-		char what[600];
-		what_of(s, pfx, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE, "%s: malformed listing reply (%s)", what,
-		              cis_strerror(rc));
+		rc = fail_at(s, pfx, em, -CIS_E_STORE, "malformed listing reply (%s)",
+		             cis_strerror(rc));
 		goto out;
 	}
 	if (l.truncated && token && !strcmp(l.next_token, token)) {
 		/* A store that ignores continuation-token (a proxy dropping
 		 * it) sends the same page again: paging on would never end. */
-		char what[600];
-		what_of(s, pfx, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: the store repeated continuation token it was sent "
-		              "(listing does not advance)",
-		              what);
+		rc = fail_at(s, pfx, em, -CIS_E_STORE,
+		             "the store repeated continuation token it was sent "
+		             "(listing does not advance)");
 		goto out;
 	}
 	/* Objects and prefixes each come sorted; merge them into key order. */
@@ -1570,31 +1578,25 @@ static int s3_read(void *state, const char *path, const char *version, uint64_t 
 		/* on_body refuses such a reply at its first byte; one with no
 		 * body (a 204, a 206 without a range) would otherwise pass as
 		 * a read of zero bytes, the end. */
-		char what[600];
-		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: %ld reply with content-range \"%s\", asked for bytes "
-		              "%" PRIu64 "-%" PRIu64,
-		              what, r.status, r.cr_text, r.win_off, r.win_off + r.win_len - 1);
+		rc = fail_at(s, key, em, -CIS_E_STORE,
+		             "%ld reply with content-range \"%s\", asked for bytes %" PRIu64
+		             "-%" PRIu64,
+		             r.status, r.cr_text, r.win_off, r.win_off + r.win_len - 1);
 	}
 	if (rc == 0 && r.status == 206 &&
 	    ((r.have_cl && r.delivered != r.content_length) ||
 	     (r.have_cr && r.delivered != r.cr_end - r.cr_start + 1))) {
-		char what[600];
-		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: short read: %" PRIu64 " of %" PRIu64 " bytes (content-range %s)",
-		              what, r.delivered, r.cr_end - r.cr_start + 1, r.cr_text);
+		rc = fail_at(s, key, em, -CIS_E_STORE,
+		             "short read: %" PRIu64 " of %" PRIu64 " bytes (content-range %s)",
+		             r.delivered, r.cr_end - r.cr_start + 1, r.cr_text);
 	}
 	if (rc == 0 && r.status == 200 && !r.have_cl && !r.chunked && r.delivered < r.win_len) {
 		/* The whole object with its end marked by nothing but the
 		 * connection closing: a cut cannot be told from the end. */
-		char what[600];
-		what_of(s, key, what, sizeof(what));
-		rc = cis_fail(em, -CIS_E_STORE,
-		              "%s: the store ended a reply of unknown length after %" PRIu64
-		              " of %" PRIu64 " bytes (cut?)",
-		              what, r.delivered, r.win_len);
+		rc = fail_at(s, key, em, -CIS_E_STORE,
+		             "the store ended a reply of unknown length after %" PRIu64
+		             " of %" PRIu64 " bytes (cut?)",
+		             r.delivered, r.win_len);
 	}
 out:
 	if (got)
