@@ -299,10 +299,10 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 				Cis__ReplicateRequest rq = CIS__REPLICATE_REQUEST__INIT;
 				rq.block = &ref;
 				rq.source = src;
-				/* Pinned by the worker itself once copied: the Pin
-				 * below is cancelled, or never sent, when the master
-				 * stops during the copy, and a later pass finds the
-				 * block at its target and pins nothing. */
+				/* Pinned by the worker itself once copied: a Pin
+				 * sent after the copy was cancelled, or never sent,
+				 * when the master stopped during it, and a later pass
+				 * found the block at its target and pinned nothing. */
 				rq.pin = pol.pin == 1;
 				cis_rpc_result res = {.fd = -1};
 				cis_errmsg em = {{0}};
@@ -318,16 +318,6 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 					         (unsigned long long)b, (unsigned long long)t,
 					         cis_errmsg_or(&em, err));
 					continue;
-				}
-				if (pol.pin == 1) {
-					Cis__PinRequest pr = CIS__PIN_REQUEST__INIT;
-					pr.n_ids = 1;
-					pr.ids = &ref.id;
-					pr.pin = true;
-					cis_rpc_result r2 = {.fd = -1};
-					mst_wcall_in(s->m, t, s->cancel, CIS_MSG_WORKER_PIN,
-					             &pr.base, &r2, 10000, &em);
-					cis_rpc_result_free(&r2);
 				}
 				s->copied++;
 				need--;
