@@ -565,29 +565,48 @@ static size_t task_order(struct job *j, const struct task *t, size_t *order, siz
 	return cis_place(pid, j->live, j->nlive, order, n);
 }
 
+static bool among(const uint64_t *v, size_t n, uint64_t x)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == x)
+			return true;
+	return false;
+}
+
+/* Whether worker w may take a task placed again: not the one that failed
+ * it, not failing, not holding the block (hold[0..nh)). */
+static bool can_take(struct job *j, uint64_t w, uint64_t failed, const uint64_t *hold, size_t nh)
+{
+	return w != failed && !is_bad(j, w) && !among(hold, nh, w);
+}
+
 /* Place t on a live, not-failing worker that does not hold the block yet:
  * first past the block's first R owners (each of those has a task of its
  * own, so one that fails is replaced rather than doubled), else any: 0.
- * With no such worker left but a live one other than `failed` holding the
- * block: 1, the caller counts t as cached (fewer copies than asked, as a
- * load started now would end). Else -EHOSTUNREACH. Caller holds js->lock. */
+ * The k-th owner's task goes to the k-th such worker, so that two owners
+ * failing together are replaced by two workers, not one twice. With no
+ * such worker left but a live one other than `failed` holding the block:
+ * 1, the caller counts t as cached (fewer copies than asked, as a load
+ * started now would end). Else -EHOSTUNREACH. Caller holds js->lock. */
 static int place_again(struct job *j, mst_master *m, struct task *t, uint64_t failed)
 {
 	refresh_live(j, m);
 	size_t order[64];
 	size_t no = task_order(j, t, order, 64);
 	size_t r = j->replicas ? j->replicas : 1;
-	uint64_t hold[64];
-	size_t nh = mst_workers_locate(m->workers, t->id, hold, 64);
-	for (int pass = 0; pass < 2; pass++)
-		for (size_t i = pass ? 0 : r; i < no; i++) {
-			uint64_t w = j->live[order[i]];
-			bool held = false;
-			for (size_t k = 0; k < nh; k++)
-				held |= hold[k] == w;
-			if (w != failed && !is_bad(j, w) && !held)
-				return pend_task(j, w, t);
-		}
+	uint64_t hold[64], cand[64];
+	size_t nh = mst_workers_locate(m->workers, t->id, hold, 64), nc = 0, rank = 0;
+	for (size_t i = 0; i < r && i < no; i++)
+		if (j->live[order[i]] == failed)
+			rank = i;
+	for (size_t i = r; i < no; i++)
+		if (can_take(j, j->live[order[i]], failed, hold, nh))
+			cand[nc++] = j->live[order[i]];
+	for (size_t i = 0; i < no && !nc; i++) /* none past the owners: any */
+		if (can_take(j, j->live[order[i]], failed, hold, nh))
+			cand[nc++] = j->live[order[i]];
+	if (nc)
+		return pend_task(j, cand[rank < nc ? rank : nc - 1], t);
 	for (size_t k = 0; k < nh; k++)
 		for (size_t i = 0; i < j->nlive && hold[k] != failed; i++)
 			if (j->live[i] == hold[k])
@@ -1183,6 +1202,25 @@ static void bcast_flush(struct bcast *b)
 	b->n = 0;
 }
 
+/* Whether a load newer than job id (submitted after it) covers path: a
+ * TTL's free leaves such a file alone (the newer load brought its blocks in
+ * again, or counted them cached, and its own TTL decides). Takes js->lock
+ * and then ended_lock, never both at once. */
+static bool newer_load_covers(struct mst_jobs *js, uint64_t id, const char *path)
+{
+	bool r = false;
+	pthread_mutex_lock(&js->lock);
+	for (struct job *o = js->list; o && !r; o = o->next)
+		r = o->id > id && !strcmp(o->type, "load") && o->state != JOB_CANCELLED &&
+		    path_within(o->path, path);
+	pthread_mutex_unlock(&js->lock);
+	pthread_mutex_lock(&js->ended_lock);
+	for (size_t i = 0; i < js->nended && !r; i++)
+		r = js->ended[i].id > id && path_within(js->ended[i].path, path);
+	pthread_mutex_unlock(&js->ended_lock);
+	return r;
+}
+
 static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 {
 	struct bcast *b = arg;
@@ -1190,8 +1228,10 @@ static int bcast_file(void *arg, const char *path, const mst_inode *ino)
 	uint64_t bs = 0, nb = mst_file_blocks(j->js->m, ino, &bs);
 	/* pin and unpin leave alone a file that a nearer setting keeps as it
 	 * is; a TTL's free, a file pinned now */
-	bool skip = !strcmp(j->type, "free") ? j->keep_pinned && pinned_now(j->js->m, path, true)
-	                                     : file_pinned(j, path) != !strcmp(j->type, "pin");
+	bool skip = !strcmp(j->type, "free")
+	                ? j->keep_pinned && (pinned_now(j->js->m, path, true) ||
+	                                     newer_load_covers(j->js, j->id, path))
+	                : file_pinned(j, path) != !strcmp(j->type, "pin");
 	if (skip)
 		nb = 0;
 	for (uint64_t i = 0; i < nb; i++) {
@@ -1221,8 +1261,14 @@ static int run_bcast(struct job *j, cis_errmsg *em)
 	if (j->resumed)
 		wait_for_workers(j);
 	int err = mst_workers_ids(j->js->m->workers, &b->live, &b->nlive);
-	/* a restart starts these over: they are idempotent */
+	/* A restart starts these over (they are idempotent), progress and
+	 * failures included: a resumed job would count its files twice. */
+	pthread_mutex_lock(&j->js->lock);
 	j->c = (struct counts){0};
+	j->files_seen = j->bytes_seen = 0;
+	j->failures_total = 0;
+	json_array_clear(j->failures);
+	pthread_mutex_unlock(&j->js->lock);
 	if (!err)
 		err = mst_walk(j->js->m, j->path, false, bcast_file, NULL, b, em);
 	if (!err)
@@ -1322,28 +1368,33 @@ static void *job_main(void *arg)
 {
 	struct job *j = arg;
 	cis_errmsg em = {{0}};
-	int err = !strcmp(j->type, "load") ? run_load(j, &em) : run_bcast(j, &em);
+	bool load = !strcmp(j->type, "load");
+	int err = load ? run_load(j, &em) : run_bcast(j, &em);
 	pthread_mutex_lock(&j->js->lock);
 	if (j->shutdown && !j->cancel_asked) {
 		pthread_mutex_unlock(&j->js->lock);
 		return NULL; /* its record says running: the next start resumes it */
 	}
-	if (j->cancel)
-		j->state = JOB_CANCELLED;
-	else if (err) {
-		j->state = JOB_FAILED;
+	int state = j->cancel ? JOB_CANCELLED : err ? JOB_FAILED : JOB_DONE;
+	int64_t fin = cis_wall_ns();
+	pthread_mutex_unlock(&j->js->lock);
+	/* A finished load joins the ended list before it stops looking
+	 * running, so that the TTL expiry, which reads the running loads and
+	 * then the ended ones, never misses it in between (it would free the
+	 * blocks of an older load of the same path that this one holds). */
+	if (load) {
+		pthread_mutex_lock(&j->js->ended_lock);
+		ended_add(j->js, j->id, j->path, fin, state);
+		pthread_mutex_unlock(&j->js->ended_lock);
+	}
+	pthread_mutex_lock(&j->js->lock);
+	j->state = state;
+	if (err && state == JOB_FAILED)
 		snprintf(j->error, sizeof(j->error), "%s", cis_errmsg_or(&em, err));
-	} else
-		j->state = JOB_DONE;
-	j->finished_ns = cis_wall_ns();
+	j->finished_ns = fin;
 	job_save(j);
 	pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->js->lock);
-	if (!strcmp(j->type, "load")) {
-		pthread_mutex_lock(&j->js->ended_lock);
-		ended_add(j->js, j->id, j->path, j->finished_ns, j->state);
-		pthread_mutex_unlock(&j->js->ended_lock);
-	}
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
@@ -1965,10 +2016,17 @@ static void expire_one(mst_master *m, const struct ended *all, size_t n, const s
 	mst_job_req r = {.type = "free", .path = e->path, .keep_pinned = true};
 	uint64_t fid;
 	cis_errmsg em = {{0}};
-	if (mst_job_submit(m, &r, &fid, &em) == 0) {
+	int rc = mst_job_submit(m, &r, &fid, &em);
+	if (rc == 0) {
 		(*started)++;
 		cis_info("ttl expired", "path=%s load_job=%llu free_job=%llu", e->path,
 		         (unsigned long long)e->id, (unsigned long long)fid);
+	} else {
+		/* Marked expired already (a retry could free blocks a newer
+		 * load brought in since): say so, and what to do. */
+		cis_error("ttl expired but its free could not start; the blocks stay cached",
+		          "path=%s load_job=%llu err=\"%s\" fix=\"cistern free %s\"", e->path,
+		          (unsigned long long)e->id, cis_errmsg_or(&em, rc), e->path);
 	}
 }
 
@@ -2040,6 +2098,23 @@ out:
 	loads_free(due, ndue);
 	loads_free(all, nall);
 	return 0;
+}
+
+bool mst_jobs_freeing(mst_master *m, const char *path)
+{
+	/* Workers tell the master what they dropped in their next heartbeat:
+	 * until then its block locations still show the freed copies. */
+	int64_t settle_ns =
+	    2 * (int64_t)mst_workers_heartbeat_ms(m->workers) * 1000000 + 500000000LL;
+	int64_t now = cis_wall_ns();
+	bool r = false;
+	pthread_mutex_lock(&m->jobs->lock);
+	for (struct job *j = m->jobs->list; j && !r; j = j->next)
+		r = !strcmp(j->type, "free") &&
+		    (j->state == JOB_RUNNING || now - j->finished_ns < settle_ns) &&
+		    (path_within(path, j->path) || path_within(j->path, path));
+	pthread_mutex_unlock(&m->jobs->lock);
+	return r;
 }
 
 bool mst_jobs_loading(mst_master *m, const char *path)

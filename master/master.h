@@ -399,6 +399,10 @@ int mst_job_run(mst_master *m, uint64_t id);
 /* Whether a load job runs on path, below it or above it (the replication
  * manager leaves such paths to the load). */
 bool mst_jobs_loading(mst_master *m, const char *path);
+/* Whether a free job runs on path, below it or above it, or ended too
+ * recently for the workers' block reports to show it (the replication
+ * manager would copy back what it drops). */
+bool mst_jobs_freeing(mst_master *m, const char *path);
 /* TTL: free what loads left behind once their path's TTL has passed. */
 int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started);
 

@@ -280,6 +280,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 		size_t nh = mst_workers_locate(s->m->workers, id, hold, 64);
 		if (nh == 0 || nh == target)
 			continue; /* not cached (loads bring blocks in), or right */
+		if (nh < target && mst_jobs_freeing(s->m, path))
+			return 0; /* being freed: copies would bring it back */
 		cis_block_id pid = cis_place_id(id, f->mount_id, f->key, f->version, bs, b);
 		size_t no = cis_place(pid, s->live, s->nlive, order, 64);
 		uint8_t idb[16];

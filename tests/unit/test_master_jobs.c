@@ -886,6 +886,33 @@ Test(jobs, ttl_free_keeps_pinned_files)
 	cis_rpc_server_stop(srv);
 }
 
+/* A load of a path inside a TTL's free, submitted after that free: the
+ * free leaves its files alone (it used to drop the blocks the newer load
+ * had just counted as cached). */
+Test(jobs, ttl_free_spares_files_a_newer_load_covers)
+{
+	cis_errmsg em = {{0}};
+	cis_rpc_server *srv = serve_worker(recording_worker);
+	mst_job_req r = {.type = "load", .path = "/m"};
+	uint64_t started, lid;
+	(void)submit_and_run(&r);
+	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1);
+	json_t *all = mst_jobs_json(m);
+	json_t *last = json_array_get(all, json_array_size(all) - 1);
+	cr_assert_str_eq(str(last, "type"), "free");
+	uint64_t fid = (uint64_t)json_integer_value(json_object_get(last, "id"));
+	json_decref(all);
+	mst_job_req sub = {.type = "load", .path = "/m/sub"};
+	cr_assert_eq(mst_job_submit(m, &sub, &lid, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_job_run(m, lid), 0);
+	cr_assert_eq(mst_job_run(m, fid), 0);
+	cr_assert_eq(seen.freed, 2, "a.txt and b.txt freed, not sub/c.bin loaded again: %u",
+	             seen.freed);
+	cis_rpc_server_stop(srv);
+}
+
 static void *run_job(void *arg)
 {
 	cr_assert_eq(mst_job_run(m, (uint64_t)(uintptr_t)arg), 0);
@@ -1289,6 +1316,66 @@ static void stuck_replicator(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr 
 	} else {
 		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
 	}
+}
+
+/* Answers Free; counts Replicate requests and refuses them. */
+static void freeing_counter(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                            const uint8_t *msg, struct evbuffer *data)
+{
+	if (hdr->type == CIS_MSG_WORKER_REPLICATE) {
+		atomic_fetch_add(&replicates_seen, 1);
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	freeing_worker(ctx, conn, hdr, msg, data);
+}
+
+/* A block under two replicas that a free job is dropping: the holder's
+ * heartbeat has not said so yet, and a replication pass then would copy
+ * the block back (and keep it cached for good after a TTL's free). Passes
+ * leave the path alone while the free runs and until the workers' reports
+ * have caught up. */
+Test(jobs, no_copies_of_blocks_a_free_is_dropping)
+{
+	cis_errmsg em = {{0}};
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 10000,
+	                   .metrics = metrics,
+	                   .no_background = true};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	cis_rpc_server_opts so = {
+	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = freeing_counter};
+	cis_rpc_server *sa, *sb;
+	cr_assert_eq(cis_rpc_server_start(&so, &sa, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_rpc_server_start(&so, &sb, &em), 0, "%s", em.text);
+	uint64_t a = register_worker(cis_rpc_server_port(sa), 1 << 20, 0);
+	uint64_t b = register_worker(cis_rpc_server_port(sb), 1 << 20, 0);
+	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, -1, false, &em), 0, "%s", em.text);
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0, fid, copied, trimmed;
+	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
+	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	beat(a, &bid); /* one copy of two */
+	beat(b, NULL);
+	atomic_store(&replicates_seen, 0);
+	mst_job_req r = {.type = "free", .path = "/m"};
+	cr_assert_eq(mst_job_submit(m, &r, &fid, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_repl_scan(m, &copied, &trimmed), 0);
+	cr_assert_eq(atomic_load(&replicates_seen), 0, "a copy while the free runs");
+	cr_assert_eq(mst_job_run(m, fid), 0);
+	cr_assert_eq(mst_repl_scan(m, &copied, &trimmed), 0);
+	cr_assert_eq(atomic_load(&replicates_seen), 0, "a copy before the holder's next report");
+	cis_sleep_ms(800); /* 2 heartbeats and 0.5 s: the reports are in */
+	beat(a, &bid);     /* a holds it still (this worker drops nothing) */
+	beat(b, NULL);
+	cr_assert_eq(mst_repl_scan(m, &copied, &trimmed), 0);
+	cr_assert_gt(atomic_load(&replicates_seen), 0, "an under-replicated block is copied again");
+	cis_rpc_server_stop(sa);
+	cis_rpc_server_stop(sb);
 }
 
 /* A master whose replication pass is stuck copying /m/a.txt's block (one
