@@ -102,12 +102,13 @@ typedef struct fcl_inodes fcl_inodes;
 /* A node's open files and how the kernel reads them (passthrough.c), and
  * the version its page cache holds (versions.c). */
 typedef struct fcl_io {
-	uint32_t opens;         /* opens answered and not yet released */
-	int32_t backing;        /* the backing file they share; 0: none */
-	uint64_t vhash;         /* version of the object the backing file holds */
-	uint64_t page_vhash;    /* the newest version an open got; 0: none known */
-	uint64_t page_answered; /* the ticket of that open's master answer */
-	bool page_changed;      /* a read found it changed in the store */
+	uint32_t opens;          /* opens answered and not yet released */
+	int32_t backing;         /* the backing file they share; 0: none */
+	uint64_t vhash;          /* version of the object the backing file holds */
+	uint64_t page_vhash;     /* the newest version an open got; 0: none known */
+	uint64_t page_answered;  /* the ticket of that open's master answer */
+	bool page_changed;       /* a read found it changed in the store */
+	uint64_t page_switch_ms; /* when an open last moved it to another version */
 } fcl_io;
 
 int fcl_inodes_new(fcl_inodes **out);

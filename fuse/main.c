@@ -613,6 +613,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int failed = fuse_reply_open(req, fi);
 	fcl_pt_mark_reply(0);
 	if (failed) {
+		/* The kernel dropped nothing: the next open must. */
+		if (!fi->keep_cache)
+			fcl_versions_changed(c->inodes, mino);
 		if (f->pt_counted)
 			fcl_pt_release(c, mino);
 		fcl_file_unref(f);

@@ -395,13 +395,20 @@ static void send_by_owner(fcl *c, const fcl_wlist *wl, Cis__BlockRef *refs, Cis_
 		}
 		cis_errmsg em = {{0}};
 		const fcl_worker *w = &wl->w[owner[i]];
+		/* A worker the reads skip gets no Prefetch either: each would
+		 * hold this FUSE thread up to the call's timeout. */
+		if (worker_down(c, w->id))
+			continue;
 		int rc = fcl_remote_prefetch(c, w, ptrs, k, &em);
-		if (rc)
+		if (rc) {
+			if (cis_rpc_unreachable(rc))
+				mark_down(c, w->id);
 			cis_log_limited(CIS_LOG_DEBUG, "prefetch", 10, "prefetch request failed",
 			                "worker=%llu err=\"%s\"", (unsigned long long)w->id,
 			                cis_errmsg_or(&em, rc));
-		else
+		} else {
 			cis_counter_add(c->stats.prefetch_blocks, k);
+		}
 	}
 }
 

@@ -11,8 +11,19 @@
  * The version lives in the node's state (fcl_io, inode.c), which lasts as
  * long as the kernel holds the node: as long as the node has pages, and
  * always while a file of it is open. So no bound can push it out from
- * under two open handles of different versions. */
+ * under two open handles of different versions.
+ *
+ * The open that moves a node to another version answers without
+ * keep_cache, and the kernel drops the pages when the opening process takes
+ * that answer in, some time after the daemon wrote it. Another open of the
+ * new version answered meanwhile with keep_cache, and taken in first, would
+ * read the old version's pages; so for FCL_SWITCH_GRACE_MS after a switch,
+ * no open keeps them. */
 #include "fcl.h"
+
+#include "cistern/time.h"
+
+#define FCL_SWITCH_GRACE_MS 1000
 
 typedef struct opened_arg {
 	uint64_t vhash, answered;
@@ -24,8 +35,13 @@ static void do_opened(fcl_io *io, void *arg)
 {
 	opened_arg *a = arg;
 	bool known = io->page_vhash != 0;
-	a->keep = a->versioned && known && !io->page_changed && io->page_vhash == a->vhash;
+	uint64_t now = cis_mono_ms();
+	bool settled = now - io->page_switch_ms >= FCL_SWITCH_GRACE_MS;
+	a->keep =
+	    a->versioned && known && !io->page_changed && io->page_vhash == a->vhash && settled;
 	if (!known || io->page_answered <= a->answered) {
+		if (known && (io->page_changed || io->page_vhash != a->vhash))
+			io->page_switch_ms = now;
 		io->page_vhash = a->vhash;
 		io->page_answered = a->answered;
 		io->page_changed = false;

@@ -602,6 +602,10 @@ Test(fuse_versions, keep_cache_only_for_the_newest_answer)
 	cr_assert_not(fcl_versions_opened(t, 9, v1, true, 1), "first open: no pages to keep");
 	cr_assert(fcl_versions_opened(t, 9, v1, true, 2));
 	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 4), "a new version drops the pages");
+	/* The kernel drops them when the opener takes that answer in: a v2
+	 * open answered before then must not keep them either. */
+	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 5),
+	              "kept v1's pages right after a switch");
 	cr_assert_eq(fcl_versions_other(t, 9, v1), v2, "a v1 handle is on an older version");
 	cr_assert_eq(fcl_versions_other(t, 9, v2), 0);
 	/* An answer older than v2's, arriving late: it keeps no pages, and
@@ -615,6 +619,8 @@ Test(fuse_versions, keep_cache_only_for_the_newest_answer)
 	fcl_versions_changed(t, 9);
 	cr_assert_eq(fcl_versions_other(t, 9, v1), v2, "a v1 handle is still on an older version");
 	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 7));
+	cr_assert_not(fcl_versions_opened(t, 9, v2, true, 8), "kept right after the drop");
+	cis_sleep_ms(FCL_SWITCH_GRACE_MS + 50);
 	cr_assert(fcl_versions_opened(t, 9, v2, true, 8));
 	/* Files without a version never keep pages. */
 	cr_assert_eq(fcl_inodes_ref(t, 10), 0);
