@@ -37,8 +37,10 @@
  * still gets bytes soon after they came. A cold fill (WRK_FETCH_COLD: a load
  * or a replica, no reader joined before it started) writes 1 MiB pieces
  * with O_DIRECT to a second descriptor of the temporary file, the block's
- * last partial page through the page cache. Streaming waiters read what
- * is on disk (`ondisk`), not what was received.
+ * last partial page through the page cache; once a reader joins it, its
+ * whole pages also go out on the 20 ms timer and the store's quiet.
+ * Streaming waiters read what is on disk (`ondisk`), not what was
+ * received.
  *
  * When the cache cannot take the block (no space, a dir read-only or gone)
  * a reader is served by a direct read from the store into its reply
@@ -395,7 +397,8 @@ static fetch *do_get_fetch(wrk_fx *fx, const wrk_ref *ref, int prio, const Cis__
 		if (!(flags & WRK_FETCH_COLD) && f->cold) {
 			/* O_DIRECT or not was decided when the fill started;
 			 * a bulk read paused in bulk_gate now goes on. */
-			f->cold = false;
+			/* (read unlocked by the fill's stage_due) */
+			__atomic_store_n(&f->cold, false, __ATOMIC_RELAXED);
 			if (f->running)
 				pthread_cond_broadcast(&fx->bulk_cv);
 		}
@@ -760,13 +763,16 @@ static int stage_out(fetch *f, uint64_t off, size_t n)
 
 /* How many of the staged bytes go out now: all of them when the stage
  * reaches its boundary (full) or the block's end (last); for a fill
- * readers wait on, the whole pages of bytes that came in a while ago;
- * else none. */
+ * readers wait on, the whole pages of bytes that came in a while ago
+ * (a cold fill a reader joined too: it writes 1 MiB pieces, and a reader
+ * would otherwise see nothing while the store stalls mid-piece); else
+ * none. */
 static size_t stage_due(const fetch *f, bool full, bool last)
 {
 	if (full || last)
 		return f->staged;
-	if (f->dfd < 0 && cis_mono_ns() - f->staged_ns >= FX_HOT_WAIT)
+	bool waited_on = f->dfd < 0 || !__atomic_load_n(&f->cold, __ATOMIC_RELAXED);
+	if (waited_on && cis_mono_ns() - f->staged_ns >= FX_HOT_WAIT)
 		return f->staged & ~(size_t)(FX_DIO_ALIGN - 1);
 	return 0;
 }

@@ -4,7 +4,9 @@
 # of files named through the master, 32 concurrent readers of a cold block
 # making one store GET, loads kept to their share of the fetch threads
 # while a read goes first, block reports (incremental, and full after a
-# master restart), a persisted worker id, a lookup waiting on a slow store
+# master restart), a persisted worker id, the bytes before a store's stall
+# reaching a reader (of a fill it started, and of a load's fill it joined),
+# a lookup waiting on a slow store
 # listing holding up no heartbeat, a warm restart with no store GETs on
 # re-read, and a failing store (5xx) giving a clear error while cached
 # blocks keep being served.
@@ -246,6 +248,34 @@ log "the first 64 KiB came after $waited_ms ms"
 wcl /stall/s1 cat >"$CIS_TMP/out"
 cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the stalled block differs"
 wcl /stall/s1 free 0 >/dev/null
+
+log "a reader that joins a load's fill gets the bytes that came before a stall"
+# A load writes past the page cache in 1 MiB pieces (the whole block here):
+# once a reader joins, the bytes in hand go out on the store's quiet too.
+# A proxy of its own: it stalls each connection once, and the worker keeps
+# its connections to the first.
+shape_proxy stall2 --latency-ms 0 --conn-mbps 0 --total-mbps 0 --stall-after 131072 \
+	--stall-ms 5000
+s3put_file stall2/s1 "$CIS_TMP/src/slow14"
+"$CLI" mount /stall2 "s3://$CIS_S3_BUCKET/stall2" --option "endpoint=http://127.0.0.1:$SHAPE_PORT" \
+	--option "region=$CIS_S3_REGION" --option path_style=true \
+	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+	--block-size 1M >/dev/null
+"$CLI" sync /stall2 >/dev/null
+wcl /stall2/s1 load 0 >"$CIS_TMP/load.out" &
+load_pid=$!
+sleep 0.5 # the load's fill has its first 128 KiB and waits on the store
+t0=$(date +%s%N)
+wcl /stall2/s1 read 0 0 65536 >"$CIS_TMP/out"
+waited_ms=$((($(date +%s%N) - t0) / 1000000))
+cmp "$CIS_TMP/out" <(head -c 65536 "$CIS_TMP/src/slow14") || fail "the bytes before the stall differ"
+log "the first 64 KiB came after $waited_ms ms"
+[ "$waited_ms" -lt 3500 ] ||
+	fail "a reader that joined a load got the bytes before a 5 s stall after $waited_ms ms"
+wait "$load_pid" || fail "the load through the stall failed: $(cat "$CIS_TMP/load.out")"
+wcl /stall2/s1 cat >"$CIS_TMP/out"
+cmp "$CIS_TMP/out" "$CIS_TMP/src/slow14" || fail "the block loaded through the stall differs"
+wcl /stall2/s1 free 0 >/dev/null
 
 log "a lookup waiting on a slow store listing holds up no heartbeat"
 # One RPC I/O thread and a 3 s worker timeout: a lookup that lists a store
