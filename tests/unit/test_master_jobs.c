@@ -1503,6 +1503,98 @@ Test(jobs, a_failed_owner_leaves_the_block_cached_on_a_live_holder)
 	cis_rpc_server_stop(srv);
 }
 
+/* The block ids each of two answering workers was asked to load, and how
+ * often one was asked for a block it had been asked for already. */
+#define RL_MAX 128
+static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t rl_ids[2][RL_MAX][16];
+static size_t rl_n[2];
+static unsigned rl_twice;
+
+static void recording_loader(int which, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                             const uint8_t *msg)
+{
+	if (hdr->type != CIS_MSG_WORKER_LOAD) {
+		cis_rpc_reply_error(conn, hdr, -ENOTSUP, "not in this test");
+		return;
+	}
+	Cis__LoadRequest *q = cis__load_request__unpack(NULL, hdr->msg_len, msg);
+	cr_assert(q);
+	pthread_mutex_lock(&rl_lock);
+	for (size_t i = 0; i < q->n_blocks; i++) {
+		const ProtobufCBinaryData *id = &q->blocks[i]->id;
+		cr_assert_eq(id->len, 16);
+		for (size_t k = 0; k < rl_n[which]; k++)
+			rl_twice += !memcmp(rl_ids[which][k], id->data, 16);
+		cr_assert_lt(rl_n[which], RL_MAX);
+		memcpy(rl_ids[which][rl_n[which]++], id->data, 16);
+	}
+	pthread_mutex_unlock(&rl_lock);
+	lw_answer(conn, hdr, q);
+	cis__load_request__free_unpacked(q, NULL);
+}
+
+static void recording_loader_0(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                               const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)data;
+	recording_loader(0, conn, hdr, msg);
+}
+
+static void recording_loader_1(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
+                               const uint8_t *msg, struct evbuffer *data)
+{
+	(void)ctx;
+	(void)data;
+	recording_loader(1, conn, hdr, msg);
+}
+
+/* Two copies of each of 40 one-block files over four workers, two of which
+ * refuse: a block whose two owners both refuse is placed again on the two
+ * that answer, one copy each (both copies went to the same one, which
+ * loaded it twice, and the load still counted two). */
+Test(jobs, two_failing_owners_are_replaced_by_two_workers)
+{
+	cis_errmsg em = {{0}};
+	char dir[400], name[16];
+	snprintf(dir, sizeof(dir), "%s/many", store);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		put_file(dir, name, name);
+	}
+	uint64_t dirs;
+	cr_assert_eq(mst_ns_sync(m, "/m", false, &dirs, &em), 0, "%s", em.text);
+	/* Workers stay live without heartbeats through the failed batches'
+	 * pauses. */
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .heartbeat_ms = 100,
+	                   .lost_timeout_ms = 30000,
+	                   .metrics = metrics,
+	                   .no_background = true};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	fake_worker(1 << 20);           /* refuses */
+	register_worker(2, 1 << 20, 0); /* refuses too (another address) */
+	cis_rpc_server *s0 = serve_worker(recording_loader_0);
+	cis_rpc_server *s1 = serve_worker(recording_loader_1);
+	mst_job_req r = {.type = "load", .path = "/m/many", .replicas = 2};
+	json_t *j = mst_job_json(m, submit_and_run(&r), 10);
+	cr_assert_str_eq(str(j, "state"), "done");
+	cr_assert_eq(count(j, "files_failed"), 0, "%s",
+	             str(json_array_get(json_object_get(j, "failures"), 0), "error"));
+	cr_assert_eq(count(j, "tasks_loaded"), 80);
+	json_decref(j);
+	cr_assert_eq(rl_twice, 0, "a worker was asked %u times for a block it had been asked for",
+	             rl_twice);
+	cr_assert_eq(rl_n[0], 40, "worker 0 loaded %zu blocks, worker 1 %zu", rl_n[0], rl_n[1]);
+	cr_assert_eq(rl_n[1], 40);
+	cis_rpc_server_stop(s0);
+	cis_rpc_server_stop(s1);
+}
+
 /* Poll job id until it leaves "running" (at most max_ms); its record. */
 static json_t *wait_job(uint64_t id, uint64_t max_ms)
 {
