@@ -52,6 +52,15 @@ shape_proxy() {
 	wait_for 10 grep -q "shape-proxy ready" "$CIS_TMP/$name.log"
 }
 
+# mount_behind PORT NAME: s3://bucket/NAME at /NAME through the proxy on
+# PORT, 1 MiB blocks.
+mount_behind() {
+	"$CLI" mount "/$2" "s3://$CIS_S3_BUCKET/$2" --option "endpoint=http://127.0.0.1:$1" \
+		--option "region=$CIS_S3_REGION" --option path_style=true \
+		--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
+		--block-size 1M >/dev/null || fail "mount /$2"
+}
+
 wcl() { # wcl PATH CMD ARGS...
 	local p=$1
 	shift
@@ -172,10 +181,7 @@ for i in $(seq -w 1 13); do
 	head -c 262144 /dev/urandom >"$CIS_TMP/src/slow$i"
 	s3put_file "slow/s$i" "$CIS_TMP/src/slow$i"
 done
-"$CLI" mount /slow "s3://$CIS_S3_BUCKET/slow" --option "endpoint=http://127.0.0.1:$slow_port" \
-	--option "region=$CIS_S3_REGION" --option path_style=true \
-	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
-	--block-size 1M >/dev/null
+mount_behind "$slow_port" slow
 "$CLI" sync /slow >/dev/null
 bg_metric=cistern_worker_background_fetches_running
 loaders=()
@@ -233,10 +239,7 @@ shape_proxy stall --latency-ms 0 --conn-mbps 0 --total-mbps 0 --stall-after 1310
 	--stall-ms 5000
 stall_port=$SHAPE_PORT
 s3put_file stall/s1 "$CIS_TMP/src/slow14"
-"$CLI" mount /stall "s3://$CIS_S3_BUCKET/stall" --option "endpoint=http://127.0.0.1:$stall_port" \
-	--option "region=$CIS_S3_REGION" --option path_style=true \
-	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
-	--block-size 1M >/dev/null
+mount_behind "$stall_port" stall
 "$CLI" sync /stall >/dev/null
 t0=$(date +%s%N)
 wcl /stall/s1 read 0 0 65536 >"$CIS_TMP/out"
@@ -257,10 +260,7 @@ log "a reader that joins a load's fill gets the bytes that came before a stall"
 shape_proxy stall2 --latency-ms 0 --conn-mbps 0 --total-mbps 0 --stall-after 131072 \
 	--stall-ms 5000
 s3put_file stall2/s1 "$CIS_TMP/src/slow14"
-"$CLI" mount /stall2 "s3://$CIS_S3_BUCKET/stall2" --option "endpoint=http://127.0.0.1:$SHAPE_PORT" \
-	--option "region=$CIS_S3_REGION" --option path_style=true \
-	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
-	--block-size 1M >/dev/null
+mount_behind "$SHAPE_PORT" stall2
 "$CLI" sync /stall2 >/dev/null
 wcl /stall2/s1 load 0 >"$CIS_TMP/load.out" &
 load_pid=$!
@@ -288,10 +288,7 @@ wait_for 20 bash -c "curl -fsS http://127.0.0.1:$M_HTTP/api/v1/workers | grep -q
 shape_proxy late --latency-ms 6000 --conn-mbps 0 --total-mbps 0
 late_port=$SHAPE_PORT
 s3put_file late/l1 "$CIS_TMP/src/a.bin"
-"$CLI" mount /late "s3://$CIS_S3_BUCKET/late" --option "endpoint=http://127.0.0.1:$late_port" \
-	--option "region=$CIS_S3_REGION" --option path_style=true \
-	--option "access_key=$CIS_S3_ACCESS_KEY" --option "secret_key=$CIS_S3_SECRET_KEY" \
-	--block-size 1M >/dev/null || fail "mount /late"
+mount_behind "$late_port" late
 wcl /late/l1 id 0 >"$CIS_TMP/late.id" 2>&1 & # lists /late: 6 s in the master
 looker=$!
 sleep 5

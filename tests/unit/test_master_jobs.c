@@ -34,17 +34,24 @@ static void put_file(const char *dir, const char *name, const char *content)
 	fclose(f);
 }
 
-static void open_master(void)
+/* The master without background threads (jobs run by mst_job_run),
+ * workers silent for lost_ms lost. */
+static void open_master_lost_after(uint64_t lost_ms)
 {
 	cis_errmsg em = {{0}};
 	mst_open_opts o = {.data_dir = data,
 	                   .map_size = 1ull << 30,
 	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 200,
+	                   .lost_timeout_ms = lost_ms,
 	                   .metrics = metrics,
 	                   .no_background = true};
 	int rc = mst_open(&o, &m, &em);
 	cr_assert_eq(rc, 0, "mst_open: %s", em.text);
+}
+
+static void open_master(void)
+{
+	open_master_lost_after(200);
 }
 
 static void setup(void)
@@ -104,6 +111,17 @@ static uint64_t register_worker(uint16_t port, uint64_t capacity, uint64_t id)
 static uint64_t fake_worker(uint64_t capacity)
 {
 	return register_worker(1, capacity, 0);
+}
+
+/* A file's first block, as the master names it. */
+static cis_block_id first_block(const char *path)
+{
+	cis_errmsg em = {{0}};
+	mst_inode f;
+	cr_assert_eq(mst_ns_resolve(m, path, &f, &em), 0, "%s", em.text);
+	uint64_t bs = 0;
+	cr_assert(mst_file_blocks(m, &f, &bs) >= 1);
+	return cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
 }
 
 /* A worker that answers with handler, registered (its id into *id when not
@@ -862,13 +880,11 @@ Test(jobs, nearer_pin_settings_win_over_the_jobs_path)
 	cis_rpc_server_stop(srv);
 }
 
-/* The free a TTL starts leaves alone the files the pin settings pin (it
- * used to free them with the rest). */
-Test(jobs, ttl_free_keeps_pinned_files)
+/* A load of /m, run, under a 10 s TTL taken as passed: the id of the free
+ * job the expiry submitted (not run yet). */
+static uint64_t load_m_and_expire(void)
 {
 	cis_errmsg em = {{0}};
-	cis_rpc_server *srv = serve_worker(recording_worker);
-	pin_job("/m/sub", true);
 	mst_job_req r = {.type = "load", .path = "/m"};
 	uint64_t started;
 	(void)submit_and_run(&r);
@@ -880,6 +896,16 @@ Test(jobs, ttl_free_keeps_pinned_files)
 	cr_assert_str_eq(str(last, "type"), "free");
 	uint64_t fid = (uint64_t)json_integer_value(json_object_get(last, "id"));
 	json_decref(all);
+	return fid;
+}
+
+/* The free a TTL starts leaves alone the files the pin settings pin (it
+ * used to free them with the rest). */
+Test(jobs, ttl_free_keeps_pinned_files)
+{
+	cis_rpc_server *srv = serve_worker(recording_worker);
+	pin_job("/m/sub", true);
+	uint64_t fid = load_m_and_expire();
 	cr_assert_eq(mst_job_run(m, fid), 0);
 	cr_assert_eq(seen.freed, 2, "a.txt and b.txt freed, not the pinned sub/c.bin: %u",
 	             seen.freed);
@@ -893,17 +919,7 @@ Test(jobs, ttl_free_spares_files_a_newer_load_covers)
 {
 	cis_errmsg em = {{0}};
 	cis_rpc_server *srv = serve_worker(recording_worker);
-	mst_job_req r = {.type = "load", .path = "/m"};
-	uint64_t started, lid;
-	(void)submit_and_run(&r);
-	cr_assert_eq(mst_policy_update(m, "/m", -1, -1, 10, false, &em), 0);
-	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
-	cr_assert_eq(started, 1);
-	json_t *all = mst_jobs_json(m);
-	json_t *last = json_array_get(all, json_array_size(all) - 1);
-	cr_assert_str_eq(str(last, "type"), "free");
-	uint64_t fid = (uint64_t)json_integer_value(json_object_get(last, "id"));
-	json_decref(all);
+	uint64_t fid = load_m_and_expire(), lid;
 	mst_job_req sub = {.type = "load", .path = "/m/sub"};
 	cr_assert_eq(mst_job_submit(m, &sub, &lid, &em), 0, "%s", em.text);
 	cr_assert_eq(mst_job_run(m, lid), 0);
@@ -1256,26 +1272,12 @@ Test(jobs, trim_spares_copies_while_a_holder_is_silent)
 {
 	cis_errmsg em = {{0}};
 	mst_close(m);
-	mst_open_opts o = {.data_dir = data,
-	                   .map_size = 1ull << 30,
-	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 10000,
-	                   .metrics = metrics,
-	                   .no_background = true};
-	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
-	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = freeing_worker};
-	cis_rpc_server *sa, *sb;
-	cr_assert_eq(cis_rpc_server_start(&so, &sa, &em), 0, "%s", em.text);
-	cr_assert_eq(cis_rpc_server_start(&so, &sb, &em), 0, "%s", em.text);
-	uint64_t a = register_worker(cis_rpc_server_port(sa), 1 << 20, 0);
-	uint64_t b = register_worker(cis_rpc_server_port(sb), 1 << 20, 0);
+	open_master_lost_after(10000);
+	uint64_t a, b;
+	cis_rpc_server *sa = serve_worker_as(freeing_worker, &a);
+	cis_rpc_server *sb = serve_worker_as(freeing_worker, &b);
 	cr_assert_eq(mst_policy_update(m, "/m", 1, -1, -1, false, &em), 0, "%s", em.text);
-	mst_inode f;
-	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
-	uint64_t bs = 0;
-	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
-	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	cis_block_id bid = first_block("/m/a.txt");
 	beat(a, &bid);
 	beat(b, &bid);
 	for (int i = 0; i < 10; i++) { /* a silent for 1 s: 2 heartbeats and more */
@@ -1339,26 +1341,12 @@ Test(jobs, no_copies_of_blocks_a_free_is_dropping)
 {
 	cis_errmsg em = {{0}};
 	mst_close(m);
-	mst_open_opts o = {.data_dir = data,
-	                   .map_size = 1ull << 30,
-	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 10000,
-	                   .metrics = metrics,
-	                   .no_background = true};
-	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
-	cis_rpc_server_opts so = {
-	    .bind_addr = "127.0.0.1", .io_threads = 1, .name = "fake", .handler = freeing_counter};
-	cis_rpc_server *sa, *sb;
-	cr_assert_eq(cis_rpc_server_start(&so, &sa, &em), 0, "%s", em.text);
-	cr_assert_eq(cis_rpc_server_start(&so, &sb, &em), 0, "%s", em.text);
-	uint64_t a = register_worker(cis_rpc_server_port(sa), 1 << 20, 0);
-	uint64_t b = register_worker(cis_rpc_server_port(sb), 1 << 20, 0);
+	open_master_lost_after(10000);
+	uint64_t a, b, fid, copied, trimmed;
+	cis_rpc_server *sa = serve_worker_as(freeing_counter, &a);
+	cis_rpc_server *sb = serve_worker_as(freeing_counter, &b);
 	cr_assert_eq(mst_policy_update(m, "/m", 2, -1, -1, false, &em), 0, "%s", em.text);
-	mst_inode f;
-	cr_assert_eq(mst_ns_resolve(m, "/m/a.txt", &f, &em), 0, "%s", em.text);
-	uint64_t bs = 0, fid, copied, trimmed;
-	cr_assert_eq(mst_file_blocks(m, &f, &bs), 1);
-	cis_block_id bid = cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
+	cis_block_id bid = first_block("/m/a.txt");
 	beat(a, &bid); /* one copy of two */
 	beat(b, NULL);
 	atomic_store(&replicates_seen, 0);
@@ -1465,17 +1453,6 @@ Test(jobs, bad_job_ids_in_a_query_are_refused)
 	}
 }
 
-/* A file's first block, as the master names it. */
-static cis_block_id first_block(const char *path)
-{
-	cis_errmsg em = {{0}};
-	mst_inode f;
-	cr_assert_eq(mst_ns_resolve(m, path, &f, &em), 0, "%s", em.text);
-	uint64_t bs = 0;
-	cr_assert(mst_file_blocks(m, &f, &bs) >= 1);
-	return cis_block_id_make(f.mount_id, f.key, f.version, bs, 0);
-}
-
 /* Two copies asked for; one owner refuses, the other holds the block
  * already. A load started after the loss would find it cached on the live
  * one (fewer copies than asked, no failure); one whose batch failed
@@ -1569,13 +1546,7 @@ Test(jobs, two_failing_owners_are_replaced_by_two_workers)
 	/* Workers stay live without heartbeats through the failed batches'
 	 * pauses. */
 	mst_close(m);
-	mst_open_opts o = {.data_dir = data,
-	                   .map_size = 1ull << 30,
-	                   .heartbeat_ms = 100,
-	                   .lost_timeout_ms = 30000,
-	                   .metrics = metrics,
-	                   .no_background = true};
-	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	open_master_lost_after(30000);
 	fake_worker(1 << 20);           /* refuses */
 	register_worker(2, 1 << 20, 0); /* refuses too (another address) */
 	cis_rpc_server *s0 = serve_worker(recording_loader_0);
