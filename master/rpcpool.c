@@ -12,9 +12,9 @@
  * directory due for a listing, an open asking the store about a changed
  * file) goes to this pool's threads instead, which reply when done
  * (replies are thread-safe and matched by request id). Everything else,
- * most lookups included, is answered at once. With the queue full,
- * a request is answered on the I/O thread: the client waits, and the
- * connection reads no more meanwhile. */
+ * most lookups included, is answered at once. With the queue full (in
+ * requests or in bytes), a request is answered on the I/O thread: the
+ * client waits, and the connection reads no more meanwhile. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,7 +24,8 @@
 #include "cistern/rpc.h"
 #include "master.h"
 
-#define POOL_QUEUE_MAX 65536 /* requests waiting for a thread */
+#define POOL_QUEUE_MAX   65536       /* requests waiting for a thread */
+#define POOL_QUEUE_BYTES (64u << 20) /* and their bytes (a frame may hold 4 MiB) */
 
 typedef struct pool_item {
 	struct pool_item *next;
@@ -38,7 +39,7 @@ struct mst_rpcpool {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pool_item *head, *tail;
-	size_t n;
+	size_t n, bytes;
 	bool stop;
 	int nthreads;
 	pthread_t *th;
@@ -81,6 +82,7 @@ static void *pool_main(void *arg)
 		if (!p->head)
 			p->tail = NULL;
 		p->n--;
+		p->bytes -= it->hdr.msg_len;
 		pthread_mutex_unlock(&p->mu);
 		if (cis_rpc_conn_open(it->conn))
 			answer(p->m, it->conn, &it->hdr, it->msg);
@@ -147,7 +149,10 @@ void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 	if (p->nthreads > 0) {
 		pool_item *it = malloc(sizeof(*it) + hdr->msg_len);
 		pthread_mutex_lock(&p->mu);
-		bool queued = it && !p->stop && p->n < POOL_QUEUE_MAX;
+		/* A count alone would let requests padded to the frame limit
+		 * hold gigabytes here while the threads wait on a store. */
+		bool queued = it && !p->stop && p->n < POOL_QUEUE_MAX &&
+		              p->bytes + hdr->msg_len <= POOL_QUEUE_BYTES;
 		if (queued) {
 			it->next = NULL;
 			it->conn = conn;
@@ -161,6 +166,7 @@ void mst_rpc_handler(void *ctx, cis_rpc_conn *conn, const cis_frame_hdr *hdr, co
 				p->head = it;
 			p->tail = it;
 			p->n++;
+			p->bytes += hdr->msg_len;
 			pthread_cond_signal(&p->cv);
 		}
 		pthread_mutex_unlock(&p->mu);

@@ -103,12 +103,22 @@ struct cis_rpc_conn {
 	int uid;
 	_Atomic int inflight; /* requests handed to the handler, not yet answered */
 	char peer[64];
+	bool addr_counted; /* in the server's count for addr (TCP) */
+	uint8_t addr[16];  /* the peer's address, IPv4 as v4-mapped IPv6 */
 };
 
 struct pending_fd {
 	struct pending_fd *next;
 	int fd;
 	bool local;
+	bool addr_counted;
+	uint8_t addr[16];
+};
+
+/* Connections open from one address. */
+struct addr_count {
+	uint8_t addr[16];
+	size_t n;
 };
 
 struct io_thread {
@@ -142,6 +152,12 @@ struct cis_rpc_server {
 	int nthreads;
 	unsigned next_thread;
 	_Atomic size_t nconns;
+	/* Per TCP peer address, at most max_per_addr connections, so that
+	 * one host cannot take every slot of max_conns. */
+	size_t max_per_addr;
+	pthread_mutex_t addrs_lock;
+	struct addr_count *addrs;
+	size_t naddrs, addrs_cap;
 	cis_counter *bad_frames;    /* may be NULL */
 	cis_counter *refused_conns; /* may be NULL */
 };
@@ -150,6 +166,75 @@ static void count(cis_counter *c)
 {
 	if (c)
 		cis_counter_inc(c);
+}
+
+/* ---- connection slots ---- */
+
+/* The address of a TCP peer as 16 bytes (IPv4 v4-mapped); false for
+ * anything else. */
+static bool addr_key(const struct sockaddr *sa, uint8_t key[16])
+{
+	if (sa->sa_family == AF_INET) {
+		memset(key, 0, 10);
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		return true;
+	}
+	return false;
+}
+
+/* Count one more connection from addr: false when it has max_per_addr
+ * already (or no memory to count it). */
+static bool addr_take(cis_rpc_server *s, const uint8_t addr[16])
+{
+	bool ok = false;
+	size_t i;
+
+	pthread_mutex_lock(&s->addrs_lock);
+	for (i = 0; i < s->naddrs && memcmp(s->addrs[i].addr, addr, 16); i++)
+		;
+	if (i == s->naddrs && s->naddrs == s->addrs_cap) {
+		size_t cap = s->addrs_cap ? 2 * s->addrs_cap : 16;
+		struct addr_count *a = realloc(s->addrs, cap * sizeof(*a));
+
+		if (!a)
+			goto out;
+		s->addrs = a;
+		s->addrs_cap = cap;
+	}
+	if (i == s->naddrs) {
+		memcpy(s->addrs[i].addr, addr, 16);
+		s->addrs[i].n = 0;
+		s->naddrs++;
+	}
+	if (s->addrs[i].n < s->max_per_addr) {
+		s->addrs[i].n++;
+		ok = true;
+	}
+out:
+	pthread_mutex_unlock(&s->addrs_lock);
+	return ok;
+}
+
+/* A connection's slot back: in max_conns, and in its address's count when
+ * it was counted there. */
+static void slot_release(cis_rpc_server *s, bool addr_counted, const uint8_t addr[16])
+{
+	atomic_fetch_sub(&s->nconns, 1);
+	if (!addr_counted)
+		return;
+	pthread_mutex_lock(&s->addrs_lock);
+	for (size_t i = 0; i < s->naddrs; i++)
+		if (!memcmp(s->addrs[i].addr, addr, 16)) {
+			if (--s->addrs[i].n == 0)
+				s->addrs[i] = s->addrs[--s->naddrs];
+			break;
+		}
+	pthread_mutex_unlock(&s->addrs_lock);
 }
 
 /* ---- connection references and accessors ---- */
@@ -485,7 +570,7 @@ static void conn_close(cis_rpc_conn *c)
 		c->t->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	atomic_fetch_sub(&c->t->srv->nconns, 1);
+	slot_release(c->t->srv, c->addr_counted, c->addr);
 	cis_rpc_conn_unref(c);
 }
 
@@ -735,13 +820,14 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	conn_close(c);
 }
 
-static void conn_setup(struct io_thread *t, int fd, bool local)
+static void conn_setup(struct io_thread *t, const struct pending_fd *p)
 {
 	cis_rpc_server *s = t->srv;
 	cis_rpc_conn *c = calloc(1, sizeof(*c));
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	int one = 1;
+	int one = 1, fd = p->fd;
+	bool local = p->local;
 
 	if (!c)
 		goto out_close;
@@ -751,6 +837,8 @@ static void conn_setup(struct io_thread *t, int fd, bool local)
 	c->t = t;
 	c->fd = fd;
 	c->local = local;
+	c->addr_counted = p->addr_counted;
+	memcpy(c->addr, p->addr, 16);
 	c->uid = -1;
 	if (local) {
 		struct ucred cr;
@@ -820,14 +908,14 @@ out_bev:
 	bufferevent_free(c->bev); /* closes fd */
 	pthread_mutex_destroy(&c->lock);
 	free(c);
-	atomic_fetch_sub(&s->nconns, 1);
+	slot_release(s, p->addr_counted, p->addr);
 	return;
 out_free:
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 out_close:
 	close(fd);
-	atomic_fetch_sub(&s->nconns, 1);
+	slot_release(s, p->addr_counted, p->addr);
 }
 
 /* ---- I/O threads ---- */
@@ -851,9 +939,9 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 		pn = p->next;
 		if (stop) {
 			close(p->fd);
-			atomic_fetch_sub(&t->srv->nconns, 1);
+			slot_release(t->srv, p->addr_counted, p->addr);
 		} else {
-			conn_setup(t, p->fd, p->local);
+			conn_setup(t, p);
 		}
 		free(p);
 	}
@@ -898,9 +986,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	cis_rpc_server *s = arg;
 	struct io_thread *t;
 	struct pending_fd *p;
+	uint8_t addr[16];
+	bool by_addr = l != s->unix_l && sl > 0 && addr_key(sa, addr);
 
-	(void)sa;
-	(void)sl;
 	if (atomic_fetch_add(&s->nconns, 1) >= s->max_conns) {
 		atomic_fetch_sub(&s->nconns, 1);
 		count(s->refused_conns);
@@ -910,14 +998,29 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		close(fd);
 		return;
 	}
+	if (by_addr && !addr_take(s, addr)) {
+		atomic_fetch_sub(&s->nconns, 1);
+		count(s->refused_conns);
+		char a[INET6_ADDRSTRLEN] = "?";
+		inet_ntop(AF_INET6, addr, a, sizeof(a));
+		cis_log_limited(CIS_LOG_WARN, "rpc-max-per-addr", 10,
+		                "rpc connection refused: too many connections from one address",
+		                "server=%s peer=%s max=%zu", s->name, a, s->max_per_addr);
+		close(fd);
+		return;
+	}
 	p = malloc(sizeof(*p));
 	if (!p) {
-		atomic_fetch_sub(&s->nconns, 1);
+		slot_release(s, by_addr, addr);
 		close(fd);
 		return;
 	}
 	p->fd = fd;
 	p->local = l == s->unix_l;
+	p->addr_counted = by_addr;
+	memset(p->addr, 0, sizeof(p->addr));
+	if (by_addr)
+		memcpy(p->addr, addr, sizeof(p->addr));
 	t = &s->threads[s->next_thread++ % (unsigned)s->nthreads];
 	pthread_mutex_lock(&t->qlock);
 	p->next = t->q;
@@ -1022,6 +1125,8 @@ static void free_server(cis_rpc_server *s)
 		event_base_free(s->lbase);
 	if (s->threads)
 		free_threads(s);
+	free(s->addrs);
+	pthread_mutex_destroy(&s->addrs_lock);
 	free(s->name);
 	free(s->unix_path);
 	free(s);
@@ -1061,6 +1166,9 @@ int cis_rpc_server_start(const cis_rpc_server_opts *o, cis_rpc_server **out, cis
 	s->name = strdup(o->name ? o->name : "rpc");
 	s->unix_path = o->unix_path ? strdup(o->unix_path) : NULL;
 	s->max_conns = o->max_conns ? o->max_conns : DEFAULT_MAX_CONNS;
+	s->max_per_addr = o->max_conns_per_addr ? o->max_conns_per_addr
+	                                        : (s->max_conns / 4 ? s->max_conns / 4 : 1);
+	pthread_mutex_init(&s->addrs_lock, NULL);
 	s->idle_timeout_ms = o->idle_timeout_ms;
 	int stall_ms = o->write_stall_ms > 0 ? o->write_stall_ms : DEFAULT_WRITE_STALL_MS;
 	s->write_stall = (struct timeval){stall_ms / 1000, (stall_ms % 1000) * 1000};

@@ -942,6 +942,83 @@ static int say_hello(int fd)
 	return fd;
 }
 
+/* A TCP connection to srv from the loopback address 127.0.0.n. */
+static int raw_conn_from(int n)
+{
+	struct sockaddr_in from = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	from.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + (uint32_t)n);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0, "%s", strerror(errno));
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(cis_rpc_server_port(srv))};
+	struct timeval tv = {10, 0};
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* Whether a hello sent on fd gets an answer (false: the server hung up). */
+static bool hello_answered(int fd)
+{
+	Cis__Hello hello = CIS__HELLO__INIT;
+	cis_frame_hdr h = {.type = CIS_MSG_HELLO, .req_id = 9};
+	uint8_t *mb, hb[CIS_FRAME_HDR_LEN], buf[64];
+	size_t mlen;
+
+	hello.protocol_version = 1;
+	cr_assert_eq(cis_msg_pack(&hello.base, &mb, &mlen), 0);
+	h.msg_len = (uint32_t)mlen;
+	cis_frame_hdr_encode(&h, hb);
+	/* A refused connection may be reset under these writes. */
+	bool sent = send(fd, hb, sizeof(hb), MSG_NOSIGNAL) == (ssize_t)sizeof(hb) &&
+	            send(fd, mb, mlen, MSG_NOSIGNAL) == (ssize_t)mlen;
+	free(mb);
+	return sent && read(fd, buf, sizeof(buf)) > 0;
+}
+
+/* One address holds at most max_conns_per_addr connections: past them it
+ * is refused, while another address still gets in (one host with
+ * connections that said hello and then nothing held every slot). */
+Test(rpc, one_address_cannot_take_every_slot)
+{
+	cis_rpc_server_opts o = {.bind_addr = "127.0.0.1",
+	                         .io_threads = 1,
+	                         .handler = handler,
+	                         .max_conns = 8,
+	                         .max_conns_per_addr = 2};
+	cis_errmsg em = {{0}};
+	cis_rpc_server *keep = srv;
+	uint8_t buf[64];
+	int fds[2];
+
+	cr_assert_eq(cis_rpc_server_start(&o, &srv, &em), 0, "%s", em.text);
+	for (int i = 0; i < 2; i++)
+		fds[i] = say_hello(raw_conn_from(1));
+	int third = raw_conn_from(1);
+	cr_assert_eq(drain_until_close(third, buf, sizeof(buf)), 0,
+	             "a third from 127.0.0.1 got in");
+	close(third);
+	close(say_hello(raw_conn_from(2))); /* another address: answered */
+	close(fds[0]);
+	/* Its slot is back: once the server has seen the close, one more
+	 * from 127.0.0.1 gets in. */
+	uint64_t t0 = cis_mono_ms();
+	int again;
+	while (!hello_answered(again = raw_conn_from(1))) {
+		close(again);
+		cr_assert_lt(cis_mono_ms() - t0, 5000,
+		             "the closed connection's slot never came back");
+		cis_sleep_ms(50);
+	}
+	close(again);
+	close(fds[1]);
+	cis_rpc_server_stop(srv);
+	srv = keep;
+}
+
 /* A client that pipelines requests for large replies and reads none holds
  * at most OUT_HIGH (64 MiB) of the server's output: the server stops
  * reading its requests, and goes on once the client reads the replies. */

@@ -49,7 +49,11 @@ typedef struct cis_rpc_server_opts {
 	const char *name;      /* for logs and metrics: "master", "worker" */
 	cis_rpc_handler_fn handler;
 	void *ctx;
-	size_t max_conns;    /* 0: 4096 */
+	size_t max_conns; /* 0: 4096 */
+	/* Connections from one TCP peer address (Unix socket peers are not
+	 * counted), so that one host cannot take every slot. 0: a quarter of
+	 * max_conns. */
+	size_t max_conns_per_addr;
 	int idle_timeout_ms; /* 0: none */
 	/* A peer that takes none of the output waiting for it this long is
 	 * dropped (it would hold up to the connection's output limit for good:
@@ -63,7 +67,7 @@ typedef struct cis_rpc_server_opts {
 	 * the hello, 3 times that for a frame. */
 	int hello_timeout_ms;
 	/* Connections dropped for a malformed frame (or no hello first), and
-	 * refused over max_conns; NULL: not counted. */
+	 * refused over max_conns or max_conns_per_addr; NULL: not counted. */
 	cis_counter *bad_frames;
 	cis_counter *refused_conns;
 } cis_rpc_server_opts;
