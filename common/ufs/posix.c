@@ -483,7 +483,13 @@ static int posix_list(void *state, const char *dir, const char *token, size_t ma
 			hi = mid;
 	}
 	page->entries = calloc(max < n - lo ? max : n - lo + 1, sizeof(*page->entries));
-	child = malloc(dlen + 1 + 256 + 1);
+	/* Sized for the longest name: some file systems (FUSE, vfat's 255
+	 * UTF-16 units) give names longer than NAME_MAX bytes. */
+	size_t longest = 0;
+	for (i = lo; i < n; i++)
+		if (strlen(names[i]) > longest)
+			longest = strlen(names[i]);
+	child = malloc(dlen + 1 + longest + 1);
 	if (!page->entries || !child) {
 		err = cis_fail(em, -ENOMEM, "file://%s/%s: out of memory", root_shown(s), dir);
 		goto out_free;

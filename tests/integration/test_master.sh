@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cistern-master end to end, through the cistern CLI and the raw API/RPC
 # ports: file:// and S3 (s3rver behind a SigV4-verifying front) mounts,
-# nesting, lazy listing, sync after changes in the store, concurrent
+# nesting, lazy listing, a store directory holding a name over 255 bytes
+# (a FUSE file system of tests/longname_fs), sync after changes in the store, concurrent
 # listings (one store listing), bad input, credentials never shown,
 # kill -9 persistence, listing new subdirectories ahead of a walk, and a
 # full data directory.
@@ -93,6 +94,21 @@ assert_contains "$out" "last.txt" "ls -R listed the directories after it"
 out=$(cli ls --json /rec)
 assert_contains "$out" '"path_hex": "2f7265632f626164ff"' "the entry's exact path"
 rm -rf "$ROOT/rec"
+# A store directory holding a name of 600 bytes (FUSE takes up to 1,024;
+# vfat 255 UTF-16 units, 765 bytes of UTF-8): the listing leaves that one
+# out and says so (the file:// connector wrote every name into a buffer of
+# 256 bytes: a heap overflow in the master).
+LONGFS=$CIS_TMP/longfs
+mkdir -p "$LONGFS"
+"$CIS_BUILD/tests/longname_fs" "$LONGFS" >"$CIS_TMP/longname_fs.log" 2>&1 &
+cis_on_exit "fusermount3 -u -z '$LONGFS' 2>/dev/null"
+wait_for 10 test -e "$LONGFS/short.txt"
+cli mount /longfs "file://$LONGFS" >/dev/null || fail "mount of a dir with a 600-byte name"
+out=$(cli ls /longfs)
+assert_contains "$out" "short.txt" "the listing of a dir with a 600-byte name"
+grep -q "store entry left out" "$LOGF" || fail "the 600-byte name was left out unsaid"
+cli unmount /longfs >/dev/null || fail "unmount /longfs"
+fusermount3 -u "$LONGFS" || fail "fusermount3 -u $LONGFS"
 # stat of a link shows the link; with a trailing slash, what it leads to.
 ln -s dir "$ROOT/latest"
 cli sync / >/dev/null
