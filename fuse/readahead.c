@@ -61,7 +61,7 @@ uint64_t fcl_ra_on_read(fcl_ra *ra, uint64_t off, uint64_t len, uint64_t block_s
 			ra->window = ra->max_window;
 	}
 	ra->last_block = block;
-	uint64_t nblocks = file_size ? (file_size + block_size - 1) / block_size : 0;
+	uint64_t nblocks = cis_block_count(file_size, block_size);
 	uint64_t to = block + 1 + ra->window;
 	if (to > nblocks)
 		to = nblocks;

@@ -404,6 +404,8 @@ int mst_inode_del_tree(mst_master *m, MDB_txn *txn, uint64_t id)
 				}
 			}
 		}
+		if (err)
+			break; /* the transaction is spoilt (a full map): keep its error */
 		int rc = mdb_del(txn, m->dbi_inodes, &k, NULL);
 		if (rc && rc != MDB_NOTFOUND)
 			err = mst_lmdb_err(rc);

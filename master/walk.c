@@ -47,7 +47,7 @@ uint64_t mst_file_blocks(mst_master *m, const mst_inode *f, uint64_t *block_size
 		return 0;
 	if (block_size)
 		*block_size = mt->block_size;
-	return (f->size + mt->block_size - 1) / mt->block_size;
+	return cis_block_count(f->size, mt->block_size); /* a store may claim a size near 2^64 */
 }
 
 struct lmdb_page {

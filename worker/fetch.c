@@ -233,7 +233,7 @@ static void do_upgrade(wrk_fx *fx, fetch *f)
 static size_t do_take_span(wrk_fx *fx, fetch *head, fetch **span)
 {
 	const wrk_ref *r = &head->ref;
-	uint64_t nblocks = (r->file_size + r->block_size - 1) / r->block_size;
+	uint64_t nblocks = cis_block_count(r->file_size, r->block_size);
 	uint64_t max = FX_SPAN_BYTES / r->block_size;
 	int idle = fx->idle; /* threads that could take a share of the queue */
 	if (head->prio == WRK_PRIO_LOW && idle > fx->low_max - fx->low_busy)

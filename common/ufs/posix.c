@@ -267,7 +267,11 @@ static void fill_stat(const struct stat *sb, struct cis_ufs_stat *st)
 	memset(st, 0, sizeof(*st));
 	st->is_dir = S_ISDIR(sb->st_mode);
 	st->size = st->is_dir ? 0 : (uint64_t)sb->st_size;
-	st->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+	/* Clamped to what int64 nanoseconds hold (years 1678 to 2262). */
+	const int64_t max_s = INT64_MAX / 1000000000 - 1;
+	int64_t sec = (int64_t)sb->st_mtim.tv_sec;
+	sec = sec > max_s ? max_s : sec < -max_s ? -max_s : sec;
+	st->mtime_ns = sec * 1000000000 + sb->st_mtim.tv_nsec;
 	st->mode = sb->st_mode & 07777;
 	if (!st->is_dir)
 		snprintf(st->version, sizeof(st->version), "%" PRIu64 "-%" PRId64, st->size,

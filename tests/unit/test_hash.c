@@ -65,3 +65,14 @@ Test(checksum, streaming_equals_one_shot)
 	cr_assert_neq(cis_checksum_digest(c), whole);
 	cis_checksum_free(c);
 }
+
+/* A size near 2^64 does not wrap to a few blocks. */
+Test(block_id, count_without_wrap)
+{
+	cr_assert_eq(cis_block_count(0, 4096), 0);
+	cr_assert_eq(cis_block_count(1, 4096), 1);
+	cr_assert_eq(cis_block_count(4096, 4096), 1);
+	cr_assert_eq(cis_block_count(4097, 4096), 2);
+	cr_assert_eq(cis_block_count(UINT64_MAX, 1 << 20), (UINT64_MAX >> 20) + 1);
+	cr_assert_eq(cis_block_count(UINT64_MAX - 5, 4 << 20), ((UINT64_MAX - 5) >> 22) + 1);
+}

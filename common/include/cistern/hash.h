@@ -24,6 +24,12 @@ typedef struct cis_block_id {
 
 cis_block_id cis_block_id_make(uint64_t mount_id, const char *key, const char *version,
                                uint64_t block_size, uint64_t index);
+/* The blocks of a file of size bytes (block_size > 0); without the wrap of
+ * (size + block_size - 1) / block_size for a size near 2^64. */
+static inline uint64_t cis_block_count(uint64_t size, uint64_t block_size)
+{
+	return size / block_size + (size % block_size != 0);
+}
 /* 32 lowercase hex digits. out must hold CIS_BLOCK_ID_HEX bytes. */
 void cis_block_id_fmt(cis_block_id id, char *out);
 /* 0, or -EINVAL unless s is exactly 32 hex digits. */
