@@ -41,7 +41,8 @@ typedef struct mst_inode {
 	uint64_t mount_id; /* 0 outside any mount */
 	uint64_t size;
 	int64_t mtime_ns;
-	int64_t listed_ns; /* directories: wall time of the last store listing; 0 never */
+	int64_t listed_ns; /* directories: wall time of the last store listing; 0 never.
+	                    * files: of the last stat of the object itself (a refresh) */
 	uint32_t mode;
 	uint8_t type; /* enum mst_type */
 	bool mount_point;

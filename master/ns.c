@@ -412,10 +412,13 @@ static bool holds_mount(mst_master *m, MDB_txn *txn, uint64_t id, struct mount_w
 /* Merge the sorted store listing with the sorted children in one write
  * transaction: vanished entries go (with their subtrees), new ones get
  * fresh ids (new directories noted in nd), changed files keep their id
- * with the new attributes. Nothing is applied if the directory is no
- * longer in mount_id, the mount that was listed. */
+ * with the new attributes, unless the file was asked of the store itself
+ * after the listing began at started_ns (its listed_ns: a refresh of a
+ * file found changed; the listing's view of it is older). Nothing is
+ * applied if the directory is no longer in mount_id, the mount that was
+ * listed. */
 static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, struct listing *l,
-                         struct new_dirs *nd, cis_errmsg *em)
+                         int64_t started_ns, struct new_dirs *nd, cis_errmsg *em)
 {
 	MDB_txn *txn;
 	struct kids k = {0};
@@ -472,7 +475,7 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 				if (!err)
 					err = add_entry(m, txn, dir, e, ch, nd);
 			}
-		} else if (!e->st.is_dir &&
+		} else if (!e->st.is_dir && ch->listed_ns <= started_ns &&
 		           (strcmp(ch->version, e->st.version) != 0 || ch->size != e->st.size ||
 		            ch->mtime_ns != e->st.mtime_ns)) {
 			uint64_t id = ch->id;
@@ -534,6 +537,7 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 	mst_mount *mt = mst_mount_find(m, dir->mount_id);
 	if (!mt || (!force && !is_stale(dir, mt, cis_wall_ns())))
 		goto out; /* listed by someone else meanwhile, or no longer mounted */
+	int64_t started_ns = cis_wall_ns();
 	err = list_store(m, mt, dir->key, &l, em);
 	if (err == -ENOENT && dir->key[0]) {
 		/* The directory itself vanished: the parent's listing will drop it. */
@@ -541,7 +545,7 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 		err = 0;
 	}
 	if (!err)
-		err = apply_listing(m, dir_id, dir->mount_id, &l, nd, em);
+		err = apply_listing(m, dir_id, dir->mount_id, &l, started_ns, nd, em);
 	listed = l.n;
 out:
 	listing_free(&l);
@@ -717,6 +721,7 @@ static int store_file_stat(mst_master *m, uint64_t id, const char *stale,
 	if (st->mode)
 		ino->mode = st->mode & 07777;
 	snprintf(ino->version, sizeof(ino->version), "%s", st->version);
+	ino->listed_ns = cis_wall_ns(); /* a listing begun before now must not undo it */
 	err = mst_inode_put(m, txn, ino);
 	if (err)
 		mdb_txn_abort(txn);
@@ -1115,6 +1120,46 @@ static int sync_resolve(mst_master *m, const char *path, mst_inode *ino, cis_err
 	return err;
 }
 
+/* After a sync listed the store directory dir and found it empty: whether
+ * it is still in the store. An empty listing is also what a directory
+ * removed from the store gives (S3 has no empty prefixes; a file:// one
+ * that is gone lists as empty), and only its parent's listing drops it:
+ * that is asked for here, or the directory would stay until the parent
+ * is listed again (never, without a sync interval). 1 when it is gone. */
+static int sync_dir_gone(mst_master *m, const mst_inode *dir, cis_errmsg *em)
+{
+	mst_inode *ents, *up;
+	size_t n;
+	uint64_t next;
+	bool eof;
+	int err;
+
+	if (dir->mount_point || !dir->parent || dir->type != MST_DIR)
+		return 0;
+	err = mst_ns_readdir(m, dir->id, 0, 1, &ents, &n, &next, &eof, em);
+	if (err)
+		return err;
+	free(ents);
+	if (n)
+		return 0;
+	up = malloc(sizeof(*up));
+	if (!up)
+		return -ENOMEM;
+	err = mst_ns_getattr(m, dir->parent, up, em);
+	if (!err && up->mount_id == dir->mount_id)
+		err = mst_ns_ensure_listed(m, up, true, em);
+	free(up);
+	if (err)
+		return err;
+	mst_inode *again = malloc(sizeof(*again));
+	if (!again)
+		return -ENOMEM;
+	cis_errmsg gone_em = {{0}};
+	err = mst_ns_getattr(m, dir->id, again, &gone_em);
+	free(again);
+	return err == -ENOENT ? 1 : err;
+}
+
 int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs, cis_errmsg *em)
 {
 	mst_inode *ino = malloc(sizeof(*ino));
@@ -1142,6 +1187,7 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 	}
 	cap = 64;
 	todo[nt++] = ino->id;
+	const uint64_t top = ino->id;
 	while (nt) {
 		uint64_t id = todo[--nt];
 		err = mst_ns_getattr(m, id, ino, em);
@@ -1156,6 +1202,12 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 			if (err)
 				break;
 			(*dirs)++;
+			if (id == top && (err = sync_dir_gone(m, ino, em)) != 0) {
+				if (err == 1)
+					err = cis_fail(em, -ENOENT, "%s: no longer in the store",
+					               path);
+				break;
+			}
 		}
 		if (!recursive)
 			break;
@@ -1164,8 +1216,17 @@ int mst_ns_sync(mst_master *m, const char *path, bool recursive, uint64_t *dirs,
 		size_t n;
 		uint64_t cookie = 0, next = 0;
 		bool eof = false;
+		int restarts = 0;
 		while (!err && !eof) {
 			err = mst_ns_readdir(m, id, cookie, 1024, &ents, &n, &next, &eof, em);
+			if (err == -ESTALE && cookie && restarts++ < 3) {
+				/* A listing meanwhile dropped the entry the cookie
+				 * named: from the start again (a directory pushed
+				 * twice is only listed twice). */
+				err = 0;
+				cookie = 0;
+				continue;
+			}
 			if (err)
 				break;
 			for (size_t i = 0; i < n; i++) {

@@ -157,6 +157,18 @@ out=$(cli stat --json /a.txt)
 assert_contains "$out" '"size": 15'
 assert_contains "$out" "\"inode\": $ino"
 if cli stat /dir/b.txt >/dev/null; then fail "deleted object still listed"; fi
+# A directory removed from the store, synced by its own path: gone (it
+# stayed, empty, until its parent was listed again: never, here).
+mkdir -p "$ROOT/gonedir"
+echo x >"$ROOT/gonedir/x.txt"
+cli sync / >/dev/null
+cli ls /gonedir >/dev/null || fail "gonedir not listed"
+rm -r "$ROOT/gonedir"
+rc=0
+out=$(cli sync /gonedir 2>&1) || rc=$?
+[ "$rc" -ne 0 ] || fail "sync of a directory removed from the store succeeded: $out"
+assert_contains "$out" "no longer in the store" "sync of a removed directory"
+if cli ls / | grep -q gonedir; then fail "a directory removed from the store is still listed"; fi
 
 # ---- S3 mount (credentials stored, never shown) ----
 # The S3 part always runs: scripts/install-deps.sh installs s3rver, and a
