@@ -875,15 +875,12 @@ int wrk_bs_create_tmp(wrk_bs *bs, int dir, cis_block_id id, char *tmp_path, size
 	snprintf(tmp_path, n, "%s/.tmp/%s.%" PRIuFAST64, bs->dirs[dir].path, hex,
 	         atomic_fetch_add(&seq, 1));
 	fd = open(tmp_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
-	if (fd < 0 && errno == ENOENT) {
-		/* .tmp vanished (the dir was emptied behind us): try once more. */
-		char p[PATH_MAX];
-
-		snprintf(p, sizeof(p), "%s/.tmp", bs->dirs[dir].path);
-		if (mkdir(p, 0700) == 0)
-			fd = open(tmp_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
-	}
 	if (fd < 0) {
+		/* ENOENT: .tmp vanished, the dir emptied behind us (or another
+		 * file system mounted over it, or it unmounted): taken out of
+		 * use, the probe makes .tmp again and reconciles the index
+		 * with what the dir holds now (the blocks that went would
+		 * stay indexed, counted and reported, until each was read). */
 		int err = -errno;
 
 		wrk_bs_dir_error(bs, dir, err, "create");

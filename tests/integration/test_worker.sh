@@ -583,6 +583,17 @@ assert_eq "$("$WC" --tcp 127.0.0.1:$W5_RPC stat | awk 'NR==1 {print $2, $4}')" "
 wcl W5 f.bin read 3 0 0 | cmp - <(expect f.bin $((3 * MB)) $MB) || fail "block 3 after the dir came back"
 wcl W5 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "after the dir came back"
 kill -0 "$W5_PID" || fail "worker died"
+log "a cache dir emptied behind the worker"
+# Its .tmp went too: the next fill takes the dir out of use, and the probe
+# reconciles it (recreating .tmp and going on, the worker kept the blocks
+# that went indexed, counted as used and reported to the master).
+wcl W5 f.bin read 4 0 0 >/dev/null
+rm -rf "$CIS_TMP/c5/"* "$CIS_TMP/c5/.tmp"
+wcl W5 f.bin read 5 0 0 | cmp - <(expect f.bin $((5 * MB)) $MB) || fail "new block, emptied dir"
+wait_for 10 bash -c "'$WC' --tcp 127.0.0.1:$W5_RPC stat | awk 'NR==1 {exit !(\$5 == 1 && \$4 == 0)}'" ||
+	fail "the emptied dir's blocks are still indexed: $("$WC" --tcp 127.0.0.1:$W5_RPC stat | head -1)"
+wcl W5 f.bin read 2 0 0 | cmp - <(expect f.bin $((2 * MB)) $MB) || fail "block 2 after the dir was emptied"
+kill -0 "$W5_PID" || fail "worker died"
 kill_pid "$W5_PID"
 
 log "a prefetched cached block is read ahead whole on a disk with a small readahead window"
@@ -644,6 +655,8 @@ fi
 log "bad flags"
 if "$WORKER" --cache-dir "$CIS_TMP/x:lots" 2>"$CIS_TMP/err"; then fail "bad size accepted"; fi
 assert_contains "$(cat "$CIS_TMP/err")" "bad size"
+if "$WORKER" --cache-dir "$CIS_TMP/x:10000P" 2>"$CIS_TMP/err"; then fail "a 10000P dir accepted"; fi
+assert_contains "$(cat "$CIS_TMP/err")" "over 1 EiB"
 if "$WORKER" 2>"$CIS_TMP/err"; then fail "no cache dir accepted"; fi
 assert_contains "$(cat "$CIS_TMP/err")" "cache-dir"
 rc=0
