@@ -64,6 +64,10 @@ int mst_store_open(mst_master *m, const char *dir, uint64_t map_size, cis_errmsg
 		cis_fail(em, mst_lmdb_err(rc), "lmdb %s: %s", dir, mdb_strerror(rc));
 		goto out_env;
 	}
+	char data_file[PATH_MAX];
+	snprintf(data_file, sizeof(data_file), "%s/data.mdb", dir);
+	if ((rc = cis_lmdb_check_length(m->env, data_file, em)) < 0)
+		goto out_env;
 	int dead = 0;
 	mdb_reader_check(m->env, &dead); /* slots left by a killed process */
 	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
@@ -103,7 +107,7 @@ out_lmdb:
 out_env:
 	mdb_env_close(m->env);
 	m->env = NULL;
-	return mst_lmdb_err(rc);
+	return rc < 0 ? rc : mst_lmdb_err(rc); /* an errno of ours, or LMDB's */
 }
 
 void mst_store_close(mst_master *m)

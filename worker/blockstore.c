@@ -1646,6 +1646,8 @@ int wrk_bs_open(wrk *w, const wrk_bs_opts *o, wrk_bs **out, cis_errmsg *em)
 		rc = cis_fail(em, -EIO, "block index %s: %s", p, mdb_strerror(rc));
 		goto out_env;
 	}
+	if ((rc = cis_lmdb_check_length(bs->env, p, em)) < 0)
+		goto out_env;
 	rc = mdb_txn_begin(bs->env, NULL, 0, &txn);
 	if (!rc) {
 		if ((rc = mdb_dbi_open(txn, "blocks", MDB_CREATE, &bs->dbi_blocks)) ||
