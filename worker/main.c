@@ -378,7 +378,7 @@ int main(int argc, char **argv)
 		cis_die("out of memory");
 	if (wrk_fx_start(&w, w.fetch_threads, w.background_fetches, &w.fx) < 0)
 		cis_die("cannot start fetch threads");
-	rc = wrk_link_start(&w, mounts, nmounts, &w.link, &em);
+	rc = wrk_link_new(&w, mounts, nmounts, &w.link, &em);
 	if (rc < 0)
 		cis_die("%s", cis_errmsg_or(&em, rc));
 
@@ -412,6 +412,8 @@ int main(int argc, char **argv)
 		cis_die("out of memory");
 	if (cis_http_server_start(http) < 0)
 		cis_die("http: cannot start");
+	if (wrk_link_start(w.link, &em) < 0)
+		cis_die("%s", cis_errmsg_or(&em, -EAGAIN));
 	cis_info("worker started",
 	         "rpc_port=%u http_port=%u socket=%s state_dir=%s blocks=%" PRIu64
 	         " worker_id=%" PRIu64,

@@ -418,8 +418,8 @@ static void *link_thread(void *arg)
 	return NULL;
 }
 
-int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link **out,
-                   cis_errmsg *em)
+int wrk_link_new(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link **out,
+                 cis_errmsg *em)
 {
 	wrk_link *l = calloc(1, sizeof(*l));
 	int rc;
@@ -464,11 +464,6 @@ int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link
 			rc = cis_fail(em, rc, "master client: %s", cis_strerror(rc));
 			goto out_free;
 		}
-		if (pthread_create(&l->thread, NULL, link_thread, l) != 0) {
-			rc = cis_fail(em, -EAGAIN, "cannot start the master link thread");
-			goto out_free;
-		}
-		l->has_thread = true;
 	}
 	return 0;
 
@@ -477,6 +472,16 @@ out_free:
 	*out = NULL;
 	wrk_link_stop(l);
 	return rc;
+}
+
+int wrk_link_start(wrk_link *l, cis_errmsg *em)
+{
+	if (!l->cl)
+		return 0; /* no master */
+	if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
+		return cis_fail(em, -EAGAIN, "cannot start the master link thread");
+	l->has_thread = true;
+	return 0;
 }
 
 void wrk_link_stop(wrk_link *l)

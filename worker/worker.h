@@ -334,8 +334,13 @@ typedef struct wrk_static_mount {
 	const char *uri;
 } wrk_static_mount;
 
-int wrk_link_start(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link **out,
-                   cis_errmsg *em);
+/* The link and its mounts, for the servers to use; it says nothing to
+ * the master until wrk_link_start. */
+int wrk_link_new(wrk *w, const wrk_static_mount *mounts, int nmounts, wrk_link **out,
+                 cis_errmsg *em);
+/* Register with the master and report, from now on: once the servers
+ * listen (the master sends clients to their ports at once). */
+int wrk_link_start(wrk_link *l, cis_errmsg *em);
 void wrk_link_stop(wrk_link *l);
 /* The connector for a mount (GetMount from the master on first use). The
  * handle lives until wrk_link_stop. *block_size (if not NULL) gets the
