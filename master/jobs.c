@@ -1202,21 +1202,23 @@ static void bcast_flush(struct bcast *b)
 	b->n = 0;
 }
 
-/* Whether a load newer than job id (submitted after it) covers path: a
- * TTL's free leaves such a file alone (the newer load brought its blocks in
- * again, or counted them cached, and its own TTL decides). Takes js->lock
- * and then ended_lock, never both at once. */
+/* Whether a load newer than job id (submitted after it), running or done,
+ * covers path: a TTL's free leaves such a file alone (the newer load
+ * brought its blocks in again, or counted them cached, and its own TTL
+ * decides; a failed or cancelled one has none, so it does not count).
+ * Takes js->lock and then ended_lock, never both at once. */
 static bool newer_load_covers(struct mst_jobs *js, uint64_t id, const char *path)
 {
 	bool r = false;
 	pthread_mutex_lock(&js->lock);
 	for (struct job *o = js->list; o && !r; o = o->next)
-		r = o->id > id && !strcmp(o->type, "load") && o->state != JOB_CANCELLED &&
-		    path_within(o->path, path);
+		r = o->id > id && !strcmp(o->type, "load") &&
+		    (o->state == JOB_RUNNING || o->state == JOB_DONE) && path_within(o->path, path);
 	pthread_mutex_unlock(&js->lock);
 	pthread_mutex_lock(&js->ended_lock);
 	for (size_t i = 0; i < js->nended && !r; i++)
-		r = js->ended[i].id > id && path_within(js->ended[i].path, path);
+		r = js->ended[i].id > id && js->ended[i].state == JOB_DONE &&
+		    path_within(js->ended[i].path, path);
 	pthread_mutex_unlock(&js->ended_lock);
 	return r;
 }
