@@ -58,6 +58,10 @@ metadata:
   name: data-cache-fuse" "fuse.enabled=false still renders the FUSE DaemonSet"
 assert_contains "$out" "name: data-cache-worker" "fullnameOverride not applied"
 assert_contains "$out" "kind: ServiceMonitor" "serviceMonitor.enabled did not render one"
+# The tmpfs tier without a sizeLimit gets its size as one (4G: 4Gi): unset,
+# the kubelet let it grow past the worker's capacity unchecked.
+assert_contains "$out" "medium: Memory
+            sizeLimit: 4Gi" "an emptyDir cache without a sizeLimit got none"
 
 # A StatefulSet's one-worker-per-node rule stays beside a user's own
 # nodeAffinity (it went as soon as any affinity was set).
