@@ -146,6 +146,15 @@ static int load_file(cis_config *cfg, const char *path, cis_errmsg *em)
 		if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
 			value[vlen - 1] = 0;
 			value++;
+		} else if (strstr(value, " #") || strstr(value, "\t#")) {
+			/* Taken whole, "10.0.0.5  # public NIC" would be the value
+			 * (a host a worker advertises, a socket's name): say so. */
+			r = cis_fail(
+			    em, -CIS_E_CONFIG,
+			    "config %s:%d: a comment after the value of '%s' (comments go on "
+			    "lines of their own; quote a value that holds \" #\")",
+			    path, lineno, key);
+			break;
 		}
 		if (!find_opt(cfg, key, strlen(key), &idx) ||
 		    strcmp(cfg->opts[idx].name, "config") == 0) {

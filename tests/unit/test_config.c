@@ -114,6 +114,17 @@ Test(config, errors_are_clear)
 	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), -CIS_E_CONFIG);
 	cr_assert(strstr(em.text, ":1: expected key = value") != NULL, "%s", em.text);
 	unlink(path);
+	/* A comment after a value: it was taken into the value. */
+	write_file("# ok\ndata-dir = /var/lib/x   # the big disk\n");
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, ":2: a comment after the value of 'data-dir'") != NULL, "%s",
+	          em.text);
+	unlink(path);
+	write_file("data-dir = \"/var/lib/x #2\"\n"); /* quoted: the value */
+	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), 0, "%s", em.text);
+	cr_assert_str_eq(cis_config_str(cfg, "data-dir"), "/var/lib/x #2");
+	cis_config_free(cfg);
+	unlink(path);
 	/* A directory given as the file (it used to load as an empty one). */
 	badfile[2] = "/tmp";
 	cr_assert_eq(cis_config_load(&cfg, opts, NULL, 3, badfile, 1, &em), -CIS_E_CONFIG);
