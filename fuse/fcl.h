@@ -250,6 +250,10 @@ typedef struct fcl_ra {
  * of order. */
 #define FCL_RA_SLACK_SHARED (1u << 20)
 
+/* Blocks one prefetch names at most, and so the most a window may hold:
+ * a larger window would mark blocks asked for that no request named. */
+#define FCL_PREFETCH_MAX 256
+/* max_window_blocks: at most FCL_PREFETCH_MAX (larger is cut to it). */
 void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks, uint64_t slack);
 /* Record a read of [off, off+len). Returns how many blocks to prefetch,
  * starting at *first (never past the file's last block and never the same

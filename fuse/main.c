@@ -57,6 +57,15 @@ static int kernel_err(int rc)
 	return -rc < CIS_E_FIRST ? -rc : EIO;
 }
 
+/* The error for an op on node ino: an inode the master no longer has (its
+ * name is another object now) is ESTALE, which makes the kernel look the
+ * path up again, where ENOENT failed a name that exists (getattr, access,
+ * readlink alike). */
+static int node_err(fuse_ino_t ino, int rc)
+{
+	return rc == -ENOENT && ino != FUSE_ROOT_ID ? ESTALE : kernel_err(rc);
+}
+
 static void fill_stat(const fcl *c, const fcl_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -193,10 +202,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
 	if (rc) {
 		log_err("getattr", ino, rc, &em);
-		/* An inode the master no longer has (its name is another
-		 * object now): ESTALE makes the kernel look the path up
-		 * again, where ENOENT failed a name that exists. */
-		fuse_reply_err(req, rc == -ENOENT && ino != FUSE_ROOT_ID ? ESTALE : kernel_err(rc));
+		fuse_reply_err(req, node_err(ino, rc));
 		return;
 	}
 	struct stat st;
@@ -212,7 +218,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	int rc = fcl_master_readlink(c, to_master(c, ino), &target, &em);
 	if (rc) {
 		log_err("readlink", ino, rc, &em);
-		fuse_reply_err(req, kernel_err(rc));
+		fuse_reply_err(req, node_err(ino, rc));
 		return;
 	}
 	fuse_reply_readlink(req, target);
@@ -257,7 +263,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
 	if (rc) {
 		log_err("access", ino, rc, &em);
-		fuse_reply_err(req, kernel_err(rc));
+		fuse_reply_err(req, node_err(ino, rc));
 		return;
 	}
 	fuse_reply_err(req, (a.mode & 0111) ? 0 : EACCES);

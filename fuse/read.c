@@ -414,8 +414,8 @@ static void send_by_owner(fcl *c, const fcl_wlist *wl, Cis__BlockRef *refs, Cis_
 
 void fcl_prefetch(fcl *c, fcl_file *f, uint64_t first, uint64_t n)
 {
-	if (n > 256)
-		n = 256;
+	if (n > FCL_PREFETCH_MAX)
+		n = FCL_PREFETCH_MAX;
 	fcl_wlist *wl = fcl_workers_get(c);
 	if (wl->n == 0 || n == 0)
 		goto out_put;

@@ -19,6 +19,8 @@
 
 void fcl_ra_init(fcl_ra *ra, uint64_t max_window_blocks, uint64_t slack)
 {
+	if (max_window_blocks > FCL_PREFETCH_MAX)
+		max_window_blocks = FCL_PREFETCH_MAX;
 	*ra = (fcl_ra){.max_window = max_window_blocks ? max_window_blocks : 1, .slack = slack};
 }
 

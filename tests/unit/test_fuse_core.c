@@ -712,6 +712,25 @@ Test(fuse_readahead, sequential_grows_window_to_budget)
 	cr_assert_eq(max_ahead, 8, "ahead %lu", max_ahead);
 }
 
+/* A budget of more blocks than one prefetch names: every block ahead is
+ * still asked for, once (a window of 512 marked blocks sent that the
+ * prefetch, capped at FCL_PREFETCH_MAX, never named). */
+Test(fuse_readahead, a_huge_budget_skips_no_block)
+{
+	fcl_ra ra;
+	fcl_ra_init(&ra, 4 * FCL_PREFETCH_MAX, FCL_RA_SLACK_HANDLE);
+	uint64_t bs = 64 << 10, nblocks = 8 * FCL_PREFETCH_MAX, size = nblocks * bs, first, n;
+	static uint8_t asked[8 * FCL_PREFETCH_MAX];
+	for (uint64_t off = 0; off < size; off += bs) {
+		n = fcl_ra_on_read(&ra, off, bs, bs, size, &first);
+		cr_assert_leq(n, FCL_PREFETCH_MAX, "%lu blocks in one round", n);
+		for (uint64_t b = first; n && b < first + n; b++)
+			asked[b]++;
+	}
+	for (uint64_t b = 2; b < nblocks; b++)
+		cr_assert_eq(asked[b], 1, "block %lu asked for %u times", b, asked[b]);
+}
+
 Test(fuse_readahead, random_never_triggers)
 {
 	fcl_ra ra;
