@@ -156,6 +156,12 @@ void fcl_meta_free(fcl_meta *m);
  * code (em says why). */
 int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
 int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em);
+/* Seconds the cached entry of (parent, name), or the cached attributes of
+ * ino, have left (-1: none cached). An answer taken from the cache is the
+ * kernel's for no longer than that: given the whole timeout again, it
+ * would outlive the client's own bound on how stale it may be. */
+double fcl_meta_entry_left(fcl_meta *m, uint64_t parent, const char *name);
+double fcl_meta_attr_left(fcl_meta *m, uint64_t ino);
 /* A ticket, taken as an answer that will be put arrives: an answer never
  * replaces one put with a later ticket (a thread may put its answer after
  * a newer one's). */

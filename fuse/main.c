@@ -89,13 +89,21 @@ static void fill_stat(const fcl *c, const fcl_attr *a, struct stat *st)
 	st->st_atim = st->st_ctim = st->st_mtim;
 }
 
+/* What the kernel may keep an answer for: the timeout, or less when the
+ * answer came from the client's cache with less than that left (left:
+ * seconds, -1 for none cached, which is a fresh answer). */
+static double kernel_ttl(double timeout, double left)
+{
+	return left >= 0 && left < timeout ? left : timeout;
+}
+
 static void fill_entry(const fcl *c, const fcl_attr *a, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = to_fuse(c, a->ino);
 	e->generation = 1;
 	fill_stat(c, a, &e->attr);
-	e->attr_timeout = c->opts->attr_timeout;
+	e->attr_timeout = kernel_ttl(c->opts->attr_timeout, fcl_meta_attr_left(c->meta, a->ino));
 	e->entry_timeout = c->opts->entry_timeout;
 }
 
@@ -148,11 +156,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fcl_attr a;
 	cis_errmsg em = {{0}};
 	int rc = fcl_meta_lookup(c->meta, to_master(c, parent), name, &a, &em);
+	double left = fcl_meta_entry_left(c->meta, to_master(c, parent), name);
 	struct fuse_entry_param e;
 	if (rc == -ENOENT) {
 		/* A negative entry the kernel may keep for negative_timeout. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = c->opts->negative_timeout;
+		e.entry_timeout = kernel_ttl(c->opts->negative_timeout, left);
 		fuse_reply_entry(req, &e);
 		return;
 	}
@@ -162,6 +171,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	fill_entry(c, &a, &e);
+	e.entry_timeout = kernel_ttl(e.entry_timeout, left);
 	if (fcl_inodes_ref(c->inodes, a.ino)) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -207,7 +217,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	struct stat st;
 	fill_stat(c, &a, &st);
-	fuse_reply_attr(req, &st, c->opts->attr_timeout);
+	fuse_reply_attr(req, &st,
+	                kernel_ttl(c->opts->attr_timeout, fcl_meta_attr_left(c->meta, a.ino)));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -280,6 +291,7 @@ typedef struct dent {
 typedef struct fcl_dir {
 	pthread_mutex_t lock;
 	bool loaded;
+	uint64_t loaded_ns; /* monotonic: when the listing was taken */
 	dent *ents;
 	size_t n, cap;
 } fcl_dir;
@@ -367,6 +379,7 @@ static int dir_load(fcl *c, uint64_t dino, fcl_dir *d, size_t max, cis_errmsg *e
 		}
 	}
 	d->loaded = rc == 0;
+	d->loaded_ns = cis_mono_ns();
 	if (d->loaded)
 		note_listing(c, dino, d);
 	return rc;
@@ -429,6 +442,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			fcl_attr a = e->a;
 			int newer = fcl_meta_newer_attr(c->meta, e->a.ino, e->ticket, &a);
 			fill_entry(c, &a, &ep);
+			/* As old as the listing: a reader that takes its pages
+			 * slowly must not get the name for a whole timeout past
+			 * it. */
+			double age = (double)(cis_mono_ns() - d->loaded_ns) / 1e9;
+			ep.entry_timeout = ep.entry_timeout > age ? ep.entry_timeout - age : 0;
 			if (newer < 0)
 				ep.attr_timeout = 0; /* forgotten: the kernel asks again */
 			sz = fuse_add_direntry_plus(req, buf + used, size - used, e->name, &ep,

@@ -382,6 +382,30 @@ int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *ou
 	return fetch_shared(m, k, klen, parent, name, 0, out, em);
 }
 
+/* Seconds a live entry of l at k has left, or -1 with none. */
+static double left_of(fcl_lru *l, const unsigned char *k, size_t klen)
+{
+	cached c;
+	uint64_t now = cis_mono_ns();
+	if (!fcl_lru_get(l, k, klen, &c) || c.expires_ns <= now)
+		return -1;
+	return (double)(c.expires_ns - now) / 1e9;
+}
+
+double fcl_meta_entry_left(fcl_meta *m, uint64_t parent, const char *name)
+{
+	unsigned char k[KEY_MAX];
+	if (strlen(name) > 255)
+		return -1;
+	return left_of(m->entries, k, entry_key(k, parent, name));
+}
+
+double fcl_meta_attr_left(fcl_meta *m, uint64_t ino)
+{
+	unsigned char k[KEY_MAX];
+	return left_of(m->attrs, k, attr_key(k, ino));
+}
+
 int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em)
 {
 	unsigned char k[KEY_MAX];

@@ -210,6 +210,31 @@ static fcl_meta *new_meta(fake_src *f, uint64_t ttl_ms)
 	return m;
 }
 
+/* What a cached answer has left is what the kernel may keep it: the
+ * whole timeout again would let it outlive the client's own bound. */
+Test(fuse_meta, cached_answers_say_their_time_left)
+{
+	fake_src f = {0};
+	fcl_meta *m = new_meta(&f, 1000);
+	fcl_attr a;
+	cr_assert_eq(fcl_meta_entry_left(m, 1, "abc"), -1, "nothing cached yet");
+	cr_assert_eq(fcl_meta_attr_left(m, 1003), -1);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
+	double e0 = fcl_meta_entry_left(m, 1, "abc"), a0 = fcl_meta_attr_left(m, 1003);
+	cr_assert(e0 > 0.9 && e0 <= 1.0, "entry left %f", e0);
+	cr_assert(a0 > 0.9 && a0 <= 1.0, "attributes left %f", a0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
+	double n0 = fcl_meta_entry_left(m, 1, "missing");
+	cr_assert(n0 > 0.9 && n0 <= 1.0, "negative entry left %f", n0);
+	usleep(600 * 1000);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0); /* from the cache */
+	double e1 = fcl_meta_entry_left(m, 1, "abc");
+	cr_assert(e1 > 0 && e1 < 0.5, "entry left after 0.6 s: %f", e1);
+	usleep(500 * 1000);
+	cr_assert_eq(fcl_meta_entry_left(m, 1, "abc"), -1, "expired");
+	fcl_meta_free(m);
+}
+
 Test(fuse_meta, caches_positive_and_negative)
 {
 	fake_src f = {0};
