@@ -1289,6 +1289,40 @@ static int default_state_dir(const char *mnt, char *out, size_t len, cis_errmsg 
 	return 0;
 }
 
+/* The lock of mount point mnt, held by the stack serving it from its start
+ * to its end, whatever its state dir: without it two stacks started at one
+ * moment on one mount point (each with a state dir of its own) could both
+ * mount there and both say ready. In the default state dirs' parent; *fd
+ * is -1 with no HOME or XDG_CACHE_HOME (then only the state dir's lock
+ * holds). 0 or a negative errno. */
+static int mountpoint_lock(const char *mnt, int *fd, cis_errmsg *em)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 32];
+	char *slash;
+
+	*fd = -1;
+	if (default_state_dir(mnt, dir, sizeof(dir), NULL) < 0 || !(slash = strrchr(dir, '/')))
+		return 0;
+	*slash = 0;
+	int rc = mkdir_p(dir);
+	if (rc < 0)
+		return cis_fail(em, rc, "%s: cannot create: %s", dir, cis_strerror(rc));
+	snprintf(path, sizeof(path), "%s/mnt-%08x.lock", dir,
+	         (unsigned)(cis_hash64(mnt, strlen(mnt), 0) & 0xffffffffu));
+	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (*fd < 0)
+		return cis_fail(em, -errno, "%s: %s", path, strerror(errno));
+	if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
+		close(*fd);
+		*fd = -1;
+		return cis_fail(em, -EBUSY,
+		                "%s: another cistern local is starting or serving it (with "
+		                "another --state-dir); stop that one first",
+		                mnt);
+	}
+	return 0;
+}
+
 static int resolve_state_dir(const cis_config *cfg, const char *mnt, char *out, size_t len,
                              cis_errmsg *em)
 {
@@ -1639,7 +1673,8 @@ static int local_check_flags(local_stack *s)
 	return local_mount_request(s);
 }
 
-static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_errmsg *em)
+static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, int *mnt_lock_fd,
+                         cis_errmsg *em)
 {
 	const char *bin_dir = cis_config_str(s->cfg, "bin-dir");
 	char logs[PATH_MAX], lockp[PATH_MAX], fs[64] = "";
@@ -1671,6 +1706,8 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, cis_
 		    "stop it with cistern local --stop %s --state-dir %s",
 		    s->state, (int)read_pid(s->state), other, other, s->state);
 	}
+	if ((rc = mountpoint_lock(s->mnt, mnt_lock_fd, em)) < 0)
+		return rc;
 	if (mounted(s->mnt, fs, sizeof(fs))) {
 		if (strncmp(fs, "fuse", 4) == 0 && mount_dead(s->mnt)) {
 			/* Left by a stack that was killed: nobody serves it. */
@@ -1733,7 +1770,7 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	cis_config *cfg = NULL;
 	cis_errmsg em = {{0}};
 	local_stack s;
-	int rc, lock_fd = -1, pipefd[2];
+	int rc, lock_fd = -1, mnt_lock_fd = -1, pipefd[2];
 	bool fg;
 
 	(void)c; /* the stack has its own master; --api is not used */
@@ -1779,7 +1816,7 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		cis_config_free(cfg);
 		return rc;
 	}
-	rc = local_prepare(&s, cis_config_pos(cfg, 1), &lock_fd, &em);
+	rc = local_prepare(&s, cis_config_pos(cfg, 1), &lock_fd, &mnt_lock_fd, &em);
 	if (rc < 0) {
 		fprintf(stderr, "cistern local: %s\n", cis_errmsg_or(&em, rc));
 		goto out_lock;
@@ -1839,6 +1876,10 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 	if (lock_fd >= 0) {
 		close(lock_fd); /* the supervisor holds it now */
 		lock_fd = -1;
+	}
+	if (mnt_lock_fd >= 0) {
+		close(mnt_lock_fd); /* and this one */
+		mnt_lock_fd = -1;
 	}
 	{
 		char line[LOCAL_LINE_MAX];
@@ -1902,6 +1943,8 @@ out_lock:
 		rmdir(s.mnt); /* made for a start that failed */
 	if (lock_fd >= 0)
 		close(lock_fd);
+	if (mnt_lock_fd >= 0)
+		close(mnt_lock_fd);
 	for (size_t i = 0; i < s.ncache; i++)
 		free(s.caches[i]);
 	json_decref(s.mount_req);
