@@ -108,6 +108,10 @@ void cli_trim_path(char *p);
 /* Member k of o as an integer (0 if missing) or a string ("" if missing). */
 long long cli_jint(const json_t *o, const char *k);
 const char *cli_jstr(const json_t *o, const char *k);
+/* On a terminal, stdout and stderr show control characters as \xNN from
+ * now on (tty.c): what the stores and workers name reaches the admin's
+ * screen as text, never as terminal commands. */
+void cli_guard_terminal(void);
 
 /* Put connector option KEY=VALUE (arg, with eq at its '=') into opts, the
  * value val; flag ("--option", "-o") names it in messages, which never

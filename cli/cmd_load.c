@@ -198,7 +198,7 @@ static bool transient(int rc, long status)
  * left files unloaded (its summary says which), or cli_api's code. */
 static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 {
-	char q[64], jwhat[4300];
+	char q[64], jwhat[32];
 	bool tty = !json && isatty(STDOUT_FILENO);
 	uint64_t start = cis_mono_ms(), last_line = 0, failing_since = 0;
 	long status = 0;
@@ -211,7 +211,10 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 	 * 100 ms would copy and parse up to 100 records each time. */
 	bool with_failures = false;
 	snprintf(q, sizeof(q), "/api/v1/job?id=%lld&limit=0", id);
-	snprintf(jwhat, sizeof(jwhat), "%s (job %lld)", what, id);
+	/* The job in the call's message, the path (up to 4 KiB) printed
+	 * beside it: in the message it would push the reason out of its
+	 * 512 bytes. */
+	snprintf(jwhat, sizeof(jwhat), "(job %lld)", id);
 	for (;;) {
 		json_t *o;
 		cis_errmsg em = {{0}};
@@ -222,8 +225,8 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 			if (!failing_since) {
 				if (tty)
 					printf("\n");
-				fprintf(stderr, "cistern: %s; retrying for up to %d s\n", em.text,
-				        WAIT_RETRY_MS / 1000);
+				fprintf(stderr, "cistern: %s %s; retrying for up to %d s\n", what,
+				        em.text, WAIT_RETRY_MS / 1000);
 				failing_since = now;
 			}
 			cis_sleep_ms(500);
@@ -232,7 +235,7 @@ static int wait_job(cli_ctx *c, const char *what, long long id, bool json)
 		if (rc) {
 			if (tty)
 				printf("\n");
-			fprintf(stderr, "cistern: %s\n", em.text);
+			fprintf(stderr, "cistern: %s %s\n", what, em.text);
 			return rc;
 		}
 		failing_since = 0;
@@ -338,9 +341,12 @@ int cli_cmd_load(cli_ctx *c, int argc, char **argv)
 	 * wrap to a negative one. */
 	if (bws && (err = cis_parse_size(bws, &bw)) == 0 && bw > INT64_MAX)
 		err = -ERANGE;
+	if (bws && !err && bw == 0)
+		err = -EDOM; /* 0 would mean no cap at all */
 	if (bws && err) {
 		fprintf(stderr, "cistern: load: --bandwidth %s: %s\n", bws,
 		        err == -ERANGE ? "too large (at most 8191P)"
+		        : err == -EDOM ? "at least 1 byte per second (leave it out for no cap)"
 		                       : "not a rate in bytes per second (like 200M or 1G)");
 		rc = CLI_E_USAGE;
 		goto out_path;

@@ -6,6 +6,9 @@
 
 #include "cli.h"
 
+#define SYNC_TIMEOUT_MS                                                                            \
+	(24 * 3600 * 1000) /* a tree of any size; a dead master still fails at connect */
+
 static const cis_opt sync_opts[] = {
     {"recursive", NULL, NULL, "also every directory below that was listed before", false, 'R'},
     {"json", NULL, NULL, "print JSON", false, 0},
@@ -32,7 +35,13 @@ int cli_cmd_sync(cli_ctx *c, int argc, char **argv)
 		rc = -ENOMEM;
 		goto out_path;
 	}
-	rc = cli_api(c, "POST", "/api/v1/sync", NULL, NULL, body, &out, what);
+	/* The master lists the directories one after another in this one
+	 * request: thousands of them under -R take longer than the usual
+	 * 120 s, and a give-up then says "failed" of a sync going on. */
+	cis_errmsg em = {{0}};
+	cli_call call = {
+	    .method = "POST", .path = "/api/v1/sync", .body = body, .timeout_ms = SYNC_TIMEOUT_MS};
+	rc = cli_api_call(c, &call, &out, what, &em);
 	json_decref(body);
 	if (!rc) {
 		cli_print_reply(out, cis_config_bool(cfg, "json"),

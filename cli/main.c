@@ -318,6 +318,7 @@ int main(int argc, char **argv)
 	cli_ctx c;
 	const char *api = getenv("CISTERN_API"), *api_flag = NULL;
 	int i = 1;
+	cli_guard_terminal();
 	cis_log_init("cistern", CIS_LOG_WARN);
 	while (i < argc && argv[i][0] == '-') {
 		if (!strcmp(argv[i], "--api") && i + 1 < argc) {

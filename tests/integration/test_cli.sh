@@ -3,7 +3,8 @@
 # workers) and a fake one (a small Python server) for what a master seldom
 # does: restart under a waiting `load`, answer something that is not JSON.
 # Usage errors exit 2 and name the flag or argument; nothing is dropped or
-# rounded without a word.
+# rounded without a word. Store names reach a terminal as text, never as
+# terminal commands.
 source "$CIS_SRC/tests/integration/lib/common.sh"
 source "$CIS_SRC/tests/integration/lib/master.sh"
 
@@ -82,6 +83,8 @@ usage_error "--block-size 1K" "--block-size 1K: out of range" \
 	mount /m6 "file://$STORE" --block-size 1K
 usage_error "--bandwidth 16000P" "--bandwidth 16000P: too large" load /data/d3 --bandwidth 16000P
 usage_error "--bandwidth 5q" "--bandwidth 5q: not a rate" load /data/d3 --bandwidth 5q
+# 0 is the master's "no cap": given as a cap, it is a mistake.
+usage_error "--bandwidth 0" "--bandwidth 0: at least 1 byte per second" load /data/d3 --bandwidth 0
 usage_error "--replicas ' 2'" "--replicas  2: want a number" load /data/d3 --replicas " 2"
 assert_not_contains "$("$CLI" mounts)" "/m6" "a refused mount was made"
 
@@ -161,6 +164,7 @@ usage_error "job +2" "+2: not a job ID" job +2
 usage_error "job cancel 0" "0: not a job ID" job cancel 0
 usage_error "setrep P ' 3'" "setrep: N must be 1..64" setrep /data " 3"
 usage_error "ttl P +5" "ttl: +5: want SECONDS" ttl /data +5
+usage_error "ttl over 100 years" "1 to 3162240000: 100 years" ttl /data 99999999999
 usage_error "job --limit 0x10" "--limit 0x10: want a number" job 1 --limit 0x10
 
 # ---- paths that are not UTF-8 ----
@@ -310,6 +314,19 @@ assert_eq "$rc" 1 "report from a proxy's error page: $out"
 assert_contains "$out" "unexpected reply from master (HTTP 502 to GET /api/v1/report" \
 	"the status and the request"
 kill_pid "$FPID"
+
+# A name in the store holding terminal commands (ESC ] 2 ; retitles the
+# window, ESC [ 2 J clears the screen): on a terminal (script(1) gives one)
+# ls shows its control characters as \xNN; through a pipe, the bytes.
+log "store names with terminal control characters"
+mkdir -p "$STORE/esc"
+touch "$STORE/esc/$(printf 'x\033]2;owned\007\033[2Jy')"
+"$CLI" sync /data >/dev/null || fail "sync /data"
+script -qec "'$CLI' --api 127.0.0.1:$HTTP ls /data/esc" /dev/null >"$CIS_TMP/tty.out" 2>&1 ||
+	fail "ls on a terminal: $(cat "$CIS_TMP/tty.out")"
+grep -q $'\033' "$CIS_TMP/tty.out" && fail "ls wrote an ESC to the terminal: $(od -c "$CIS_TMP/tty.out" | head -3)"
+assert_contains "$(cat "$CIS_TMP/tty.out")" 'x\x1b]2;owned\x07\x1b[2Jy' "ls on a terminal"
+"$CLI" ls /data/esc | grep -q $'\033' || fail "ls through a pipe changed the name's bytes"
 
 kill "$MPID"
 wait "$MPID" 2>/dev/null || true
