@@ -6,8 +6,8 @@
 
 #include "cli.h"
 
-#define SYNC_TIMEOUT_MS                                                                            \
-	(24 * 3600 * 1000) /* a tree of any size; a dead master still fails at connect */
+/* A tree of any size; a master that is down still fails at connect. */
+#define SYNC_TIMEOUT_MS (24 * 3600 * 1000)
 
 static const cis_opt sync_opts[] = {
     {"recursive", NULL, NULL, "also every directory below that was listed before", false, 'R'},
