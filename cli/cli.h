@@ -112,6 +112,10 @@ const char *cli_jstr(const json_t *o, const char *k);
  * now on (tty.c): what the stores and workers name reaches the admin's
  * screen as text, never as terminal commands. */
 void cli_guard_terminal(void);
+/* A name (of an entry in the store) for a line of its own on a terminal:
+ * its newlines and tabs too as \xNN, lest one name read as two; as it is
+ * through a pipe. Valid until the second call after. */
+const char *cli_name_shown(const char *name);
 
 /* Put connector option KEY=VALUE (arg, with eq at its '=') into opts, the
  * value val; flag ("--option", "-o") names it in messages, which never

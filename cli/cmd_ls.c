@@ -24,6 +24,7 @@ static void print_entry(const json_t *e, bool lng)
 	const char *name = cli_jstr(e, "name"), *type = cli_jstr(e, "type");
 	const char *target = json_string_value(json_object_get(e, "link_target"));
 	bool dir = !strcmp(type, "dir"), link = !strcmp(type, "link");
+	name = cli_name_shown(name);
 	if (!lng) {
 		printf("%s%s\n", name, dir ? "/" : "");
 		return;
@@ -36,7 +37,7 @@ static void print_entry(const json_t *e, bool lng)
 	       : link ? 'l'
 	              : '-',
 	       (unsigned long long)cli_jint(e, "mode"), dir ? "-" : sz, tm, name,
-	       link ? " -> " : "", link && target ? target : "",
+	       link ? " -> " : "", link && target ? cli_name_shown(target) : "",
 	       json_is_true(json_object_get(e, "mount_point")) ? "  (mount)" : "");
 }
 
@@ -129,7 +130,7 @@ static int ls_one(cli_ctx *c, const char *path, struct ls_how *how, bool header)
 	size_t nsubs = 0;
 	int rc = 0;
 	if (header)
-		printf("\n%s:\n", path);
+		printf("\n%s:\n", cli_name_shown(path));
 	while (!eof) {
 		json_t *out;
 		snprintf(extra, sizeof(extra), "limit=1000&cookie=%" PRIu64, cookie);

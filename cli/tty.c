@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -111,4 +112,23 @@ void cli_guard_terminal(void)
 {
 	guard(&stdout, STDOUT_FILENO);
 	guard(&stderr, STDERR_FILENO);
+}
+
+const char *cli_name_shown(const char *name)
+{
+	static char bufs[2][4 * 4200 + 1];
+	static unsigned next;
+
+	if (!isatty(STDOUT_FILENO) || !strpbrk(name, "\n\r\t"))
+		return name;
+	char *out = bufs[next++ % 2];
+	size_t o = 0;
+	for (const char *p = name; *p && o < sizeof(bufs[0]) - 5; p++) {
+		if (*p == '\n' || *p == '\r' || *p == '\t')
+			o += (size_t)snprintf(out + o, 5, "\\x%02x", (unsigned char)*p);
+		else
+			out[o++] = *p;
+	}
+	out[o] = 0;
+	return out;
 }

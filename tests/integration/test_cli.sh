@@ -320,12 +320,14 @@ kill_pid "$FPID"
 # ls shows its control characters as \xNN; through a pipe, the bytes.
 log "store names with terminal control characters"
 mkdir -p "$STORE/esc"
-touch "$STORE/esc/$(printf 'x\033]2;owned\007\033[2Jy')"
+touch "$STORE/esc/$(printf 'x\033]2;owned\007\033[2Jy')" "$STORE/esc/$(printf 'two\nlines')"
 "$CLI" sync /data >/dev/null || fail "sync /data"
 script -qec "'$CLI' --api 127.0.0.1:$HTTP ls /data/esc" /dev/null >"$CIS_TMP/tty.out" 2>&1 ||
 	fail "ls on a terminal: $(cat "$CIS_TMP/tty.out")"
 grep -q $'\033' "$CIS_TMP/tty.out" && fail "ls wrote an ESC to the terminal: $(od -c "$CIS_TMP/tty.out" | head -3)"
 assert_contains "$(cat "$CIS_TMP/tty.out")" 'x\x1b]2;owned\x07\x1b[2Jy' "ls on a terminal"
+# A newline in a name would make it read as two entries.
+assert_contains "$(cat "$CIS_TMP/tty.out")" 'two\x0alines' "a name holding a newline, on a terminal"
 "$CLI" ls /data/esc | grep -q $'\033' || fail "ls through a pipe changed the name's bytes"
 
 kill "$MPID"
