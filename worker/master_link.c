@@ -492,6 +492,10 @@ void wrk_link_stop(wrk_link *l)
 	l->stop = true;
 	pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
+	/* A call to a master that does not answer (a heartbeat, a page of a
+	 * block report) ends now, not at its 10 or 30 s timeout. */
+	if (l->cl)
+		cis_rpc_client_close(l->cl);
 	if (l->has_thread)
 		pthread_join(l->thread, NULL);
 	if (l->cl)

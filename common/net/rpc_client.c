@@ -510,7 +510,13 @@ static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
 				goto next;
 			}
 			p = (struct pollfd){.fd = fd, .events = POLLOUT};
-			if (poll(&p, 1, c->connect_ms) <= 0) {
+			uint64_t until = cis_mono_ms() + (uint64_t)c->connect_ms;
+			int n;
+			do { /* a signal is not the peer's answer: wait on for the rest */
+				uint64_t now = cis_mono_ms();
+				n = poll(&p, 1, now < until ? (int)(until - now) : 0);
+			} while (n < 0 && errno == EINTR);
+			if (n <= 0) {
 				r = -ETIMEDOUT;
 				goto next;
 			}
@@ -785,14 +791,21 @@ static int start_call(cis_rpc_client *c, struct call *k, uint16_t type, const Pr
 	c->calls = k;
 	pthread_mutex_unlock(&c->lock);
 	r = send_frame(fd, type, k->id, mb, mlen, data, data_len);
-	pthread_mutex_unlock(&c->wlock);
 	if (r) {
+		/* Broken before wlock goes: another caller would write its
+		 * frame after this one's part, which the server would read as
+		 * one. And only this connection: after wlock went, another
+		 * caller could have made a new, sound one. */
 		pthread_mutex_lock(&c->lock);
 		do_unlink_call(c, k);
-		do_break(c);
+		if (c->fd == fd)
+			do_break(c);
 		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->wlock);
 		r = cis_fail(em, -CIS_E_CLOSED, "rpc to %s: send: %s", target(c, t, sizeof(t)),
 		             strerror(-r));
+	} else {
+		pthread_mutex_unlock(&c->wlock);
 	}
 out_free:
 	free(mb);
