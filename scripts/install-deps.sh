@@ -21,7 +21,9 @@ test_pkgs=(
 	python3 unzip jq gnuplot-nox attr
 )
 
-run_pkgs=(python3)
+# ca-certificates: S3 over https (no listed package pulls it in without
+# its recommends).
+run_pkgs=(python3 ca-certificates)
 
 want=("${build_pkgs[@]}")
 case $mode in
@@ -49,7 +51,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || sudo="sudo"
 	echo "install-deps: installing ${missing[*]}"
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# env: sudo would drop DEBIAN_FRONTEND from the environment
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${missing[@]}" >/dev/null
 fi
 
 [ "$mode" = all ] || exit 0

@@ -11,6 +11,8 @@
 set -euo pipefail
 
 dir=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/cistern/demo}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd) # absolute: it becomes a file:// URI
 classes=${CLASSES:-10}
 per_class=${PER_CLASS:-200}
 shards=${SHARDS:-4}

@@ -124,10 +124,11 @@ failing_disk() {
 	mkfs.ext4 -q -F -O ^has_journal -b 4096 "$DISK_IMG" || fail "mkfs.ext4 failed"
 	DISK_DEV=$(losetup -f --show "$DISK_IMG") || fail "losetup failed"
 	cis_on_exit "losetup -d $DISK_DEV"
-	mkdir -p "$1"
+	mkdir -p "$1" || fail "mkdir $1 failed"
 	mount "$DISK_DEV" "$1" || fail "mount of the loop device failed"
 	cis_on_exit "umount -l $1"
-	fallocate -l 40M "$1/filler"
+	# (called in an if: set -e is off here, so every step says when it fails)
+	fallocate -l 40M "$1/filler" || fail "fallocate on the loop disk failed"
 }
 
 # cut_disk FILE...: cut the failing disk's end off at the first data block
