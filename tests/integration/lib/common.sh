@@ -135,10 +135,17 @@ failing_disk() {
 # of the FILEs, so that reading any of them fails with EIO (as on a disk
 # going bad), and drop the page cache.
 cut_disk() {
-	local cut
+	local cut="" f out first
 	sync
-	cut=$(for f in "$@"; do filefrag -v "$f"; done |
-		awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' | sort -n | head -1)
+	# Every file's first block, each one checked: a file missing here
+	# (not renamed into place yet) could lie before the cut and stay
+	# readable.
+	for f in "$@"; do
+		out=$(filefrag -v "$f") || fail "filefrag $f failed"
+		first=$(awk '$1 == "0:" { sub(/\.\./, "", $4); print $4 }' <<<"$out")
+		[ -n "$first" ] || fail "$f: no first extent in: $out"
+		if [ -z "$cut" ] || [ "$first" -lt "$cut" ]; then cut=$first; fi
+	done
 	[ "${cut:-0}" -gt $((40 * 256)) ] || fail "files not after the disk's filler (at block ${cut:-?})"
 	truncate -s $((cut * 4096)) "$DISK_IMG"
 	losetup -c "$DISK_DEV"
