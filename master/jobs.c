@@ -565,19 +565,11 @@ static size_t task_order(struct job *j, const struct task *t, size_t *order, siz
 	return cis_place(pid, j->live, j->nlive, order, n);
 }
 
-static bool among(const uint64_t *v, size_t n, uint64_t x)
-{
-	for (size_t i = 0; i < n; i++)
-		if (v[i] == x)
-			return true;
-	return false;
-}
-
 /* Whether worker w may take a task placed again: not the one that failed
  * it, not failing, not holding the block (hold[0..nh)). */
 static bool can_take(struct job *j, uint64_t w, uint64_t failed, const uint64_t *hold, size_t nh)
 {
-	return w != failed && !is_bad(j, w) && !among(hold, nh, w);
+	return w != failed && !is_bad(j, w) && !mst_id_in(hold, nh, w);
 }
 
 /* Place t on a live, not-failing worker that does not hold the block yet:

@@ -397,6 +397,16 @@ json_t *mst_jobs_json(mst_master *m);
 int mst_job_cancel(mst_master *m, uint64_t id, cis_errmsg *em);
 /* Run a job to its end on the calling thread (tests without background). */
 int mst_job_run(mst_master *m, uint64_t id);
+/* Whether id is among ids[0..n) (worker ids: a block's holders, a
+ * placement). */
+static inline bool mst_id_in(const uint64_t *ids, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 /* Whether a load job runs on path, below it or above it (the replication
  * manager leaves such paths to the load). */
 bool mst_jobs_loading(mst_master *m, const char *path);

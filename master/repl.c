@@ -251,14 +251,6 @@ static void set_ref(Cis__BlockRef *b, uint8_t idb[16], cis_block_id id, const ms
 	b->file_size = f->size;
 }
 
-static bool has(const uint64_t *v, size_t n, uint64_t x)
-{
-	for (size_t i = 0; i < n; i++)
-		if (v[i] == x)
-			return true;
-	return false;
-}
-
 static int scan_file(void *arg, const char *path, const mst_inode *f)
 {
 	struct scan *s = arg;
@@ -272,6 +264,7 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 	uint64_t nb = mst_file_blocks(s->m, f, &bs);
 	size_t target = pol.replicas < s->nlive ? pol.replicas : s->nlive;
 	size_t order[64];
+	int freeing = -1; /* whether a free job drops path: not asked yet */
 	for (uint64_t b = 0; b < nb; b++) {
 		if (s->stopping && atomic_load(s->stopping))
 			return 1; /* the master stops: the rest waits for the next pass */
@@ -280,7 +273,9 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 		size_t nh = mst_workers_locate(s->m->workers, id, hold, 64);
 		if (nh == 0 || nh == target)
 			continue; /* not cached (loads bring blocks in), or right */
-		if (nh < target && mst_jobs_freeing(s->m, path))
+		if (nh < target && freeing < 0)
+			freeing = mst_jobs_freeing(s->m, path); /* asked once per file */
+		if (nh < target && freeing)
 			return 0; /* being freed: copies would bring it back */
 		cis_block_id pid = cis_place_id(id, f->mount_id, f->key, f->version, bs, b);
 		size_t no = cis_place(pid, s->live, s->nlive, order, 64);
@@ -291,12 +286,12 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 			/* the best-placed holder is the source */
 			Cis__WorkerInfo *src = NULL;
 			for (size_t i = 0; i < no && !src; i++)
-				if (has(hold, nh, s->live[order[i]]))
+				if (mst_id_in(hold, nh, s->live[order[i]]))
 					src = mst_workers_info(s->m->workers, s->live[order[i]]);
 			size_t need = target - nh;
 			for (size_t i = 0; i < no && need && src; i++) {
 				uint64_t t = s->live[order[i]];
-				if (has(hold, nh, t))
+				if (mst_id_in(hold, nh, t))
 					continue;
 				Cis__ReplicateRequest rq = CIS__REPLICATE_REQUEST__INIT;
 				rq.block = &ref;
@@ -334,7 +329,8 @@ static int scan_file(void *arg, const char *path, const mst_inode *f)
 			size_t kept = 0;
 			for (size_t i = 0; i < no; i++) {
 				uint64_t t = s->live[order[i]];
-				if (!has(hold, nh, t) || !mst_workers_sure_holder(s->m->workers, t))
+				if (!mst_id_in(hold, nh, t) ||
+				    !mst_workers_sure_holder(s->m->workers, t))
 					continue;
 				if (kept < target) {
 					kept++;
