@@ -378,6 +378,8 @@ int main(int argc, char **argv)
 		cis_die("out of memory");
 	if (wrk_fx_start(&w, w.fetch_threads, w.background_fetches, &w.fx) < 0)
 		cis_die("cannot start fetch threads");
+	if (wrk_ra_start(&w, &w.ra) < 0)
+		cis_die("cannot start the read-ahead thread");
 	rc = wrk_link_new(&w, mounts, nmounts, &w.link, &em);
 	if (rc < 0)
 		cis_die("%s", cis_errmsg_or(&em, rc));
@@ -452,6 +454,7 @@ int main(int argc, char **argv)
 	cis_ufs_cancel_all();
 	wrk_fx_stop(w.fx); /* fetch threads use the link's mounts */
 	wrk_link_stop(w.link);
+	wrk_ra_stop(w.ra); /* after the RPC server: its handlers queue to it */
 	wrk_leases_free(w.leases);
 	wrk_bs_close(w.bs);
 	cis_metrics_free(w.metrics);

@@ -269,43 +269,14 @@ static void prefetch_done(void *arg, int rc, unsigned flags, const cis_errmsg *e
 	(void)em; /* fire and forget: the fetch logged its failure */
 }
 
-/* A prefetched block that is cached: start reading its file into the page
- * cache (asynchronous readahead), so that the reader coming for it finds
- * its bytes in memory instead of waiting on the disk per request, as a
- * local file's readahead would spare it. WILLNEED reads at most the
- * device's readahead window per call (max of read_ahead_kb and the largest
- * I/O: 128 KiB and 1.25 MiB on many disks), so the file is asked for in
- * pieces no larger. *budget: the bytes this request may still read ahead,
- * lowered by this block's. */
-static void read_ahead_cached(wrk *w, cis_block_id id, uint64_t *budget)
-{
-	wrk_blk_info info;
-
-	if (wrk_bs_acquire(w->bs, id, false, &info) < 0)
-		return; /* evicted since */
-	if (*budget >= info.len) {
-		int fd = open(info.path, O_RDONLY | O_CLOEXEC);
-
-		if (fd >= 0) {
-			for (uint64_t off = 0; off < info.len; off += WRK_READ_AHEAD_PIECE)
-				(void)posix_fadvise(fd, (off_t)off, WRK_READ_AHEAD_PIECE,
-				                    POSIX_FADV_WILLNEED);
-			close(fd);
-			*budget -= info.len;
-			cis_counter_add(w->m.read_ahead, info.len);
-		}
-	}
-	wrk_bs_release(w->bs, info.blk);
-}
-
 static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr,
                             const uint8_t *msg)
 {
 	UNPACK(Cis__PrefetchRequest, cis__prefetch_request__descriptor);
 	Cis__PrefetchReply r = CIS__PREFETCH_REPLY__INIT;
-	/* The cached blocks, read ahead once the fetches are queued (the
-	 * batch holds the low queue back meanwhile): at most the budget's. */
-	cis_block_id cached[WRK_READ_AHEAD_MAX / (1u << 20)];
+	/* The cached blocks, read ahead (readahead.c) once the fetches are
+	 * queued. */
+	cis_block_id cached[WRK_READ_AHEAD_BLOCKS];
 	size_t ncached = 0;
 
 	if (batch_too_big(conn, hdr, req->n_blocks, "prefetch"))
@@ -328,9 +299,7 @@ static void handle_prefetch(wrk *w, cis_rpc_conn *conn, const cis_frame_hdr *hdr
 	}
 	wrk_fx_batch_end(w->fx);
 	cis_rpc_reply(conn, hdr, &r.base, 0);
-	uint64_t budget = WRK_READ_AHEAD_MAX;
-	for (size_t i = 0; i < ncached && budget; i++)
-		read_ahead_cached(w, cached[i], &budget);
+	wrk_ra_queue(w->ra, cached, ncached);
 out:
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

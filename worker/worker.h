@@ -11,6 +11,7 @@
  *   master_link.c register, heartbeats, block reports, GetMount cache
  *   deltas.c      the block changes held for the next heartbeat
  *   scrub.c       background checksum verification
+ *   readahead.c   reading a Prefetch's cached blocks into the page cache
  *   ref.c         block references: validation, lengths, proto conversion
  *
  * Lock order: fetch table lock, then blockstore lock, then the link's
@@ -44,6 +45,8 @@
 #define WRK_MAX_BATCH         65536        /* blocks per Prefetch/Load/Free/Pin request */
 #define WRK_READ_AHEAD_MAX    (64u << 20)  /* cached bytes one Prefetch reads into memory */
 #define WRK_READ_AHEAD_PIECE  (128u << 10) /* bytes asked for per WILLNEED */
+/* Cached blocks of one Prefetch read ahead at most (blocks of 1 MiB or more). */
+#define WRK_READ_AHEAD_BLOCKS (WRK_READ_AHEAD_MAX >> 20)
 /* Uses of a block within this of the first use of a pass are that pass,
  * one use for eviction (a reader of a 4 MiB block asks for it in 1 MiB
  * reads); a use this long after it or later is a re-use: the block goes to
@@ -59,6 +62,7 @@ typedef struct wrk_bs wrk_bs;
 typedef struct wrk_fx wrk_fx;
 typedef struct wrk_leases wrk_leases;
 typedef struct wrk_link wrk_link;
+typedef struct wrk_ra wrk_ra;
 
 /* ---- ref.c ---- */
 
@@ -126,6 +130,7 @@ struct wrk {
 	wrk_bs *bs;
 	wrk_fx *fx;
 	wrk_leases *leases;
+	wrk_ra *ra;
 	wrk_link *link;
 	cis_metrics *metrics;
 	wrk_metrics m;
@@ -363,5 +368,15 @@ bool wrk_link_ready(wrk_link *l);
 typedef struct wrk_scrub wrk_scrub;
 int wrk_scrub_start(wrk *w, wrk_scrub **out);
 void wrk_scrub_stop(wrk_scrub *s);
+
+/* ---- readahead.c ---- */
+
+/* Threads that read cached blocks into the page cache for Prefetch, off
+ * the RPC threads. Queue takes up to WRK_READ_AHEAD_BLOCKS ids (read
+ * up to WRK_READ_AHEAD_MAX bytes of them) and never blocks: a batch that
+ * finds the queue full is dropped. Stop joins the thread. */
+int wrk_ra_start(wrk *w, wrk_ra **out);
+void wrk_ra_queue(wrk_ra *ra, const cis_block_id *ids, size_t n);
+void wrk_ra_stop(wrk_ra *ra);
 
 #endif
