@@ -379,7 +379,7 @@ int main(int argc, char **argv)
 	if (wrk_fx_start(&w, w.fetch_threads, w.background_fetches, &w.fx) < 0)
 		cis_die("cannot start fetch threads");
 	if (wrk_ra_start(&w, &w.ra) < 0)
-		cis_die("cannot start the read-ahead thread");
+		cis_die("cannot start the read-ahead threads");
 	rc = wrk_link_new(&w, mounts, nmounts, &w.link, &em);
 	if (rc < 0)
 		cis_die("%s", cis_errmsg_or(&em, rc));

@@ -17,7 +17,8 @@
  * Lock order: fetch table lock, then blockstore lock, then the link's
  * report lock (a leaf). The lease lock comes before the blockstore lock (a
  * renewal touches the block it keeps alive under it), so the blockstore
- * never calls into the leases. No lock is held across a store read or an
+ * never calls into the leases. The read-ahead queue lock is a leaf, never
+ * held across a blockstore call. No lock is held across a store read or an
  * RPC to the master. */
 #ifndef CISTERN_WORKER_WORKER_H
 #define CISTERN_WORKER_WORKER_H
@@ -374,7 +375,7 @@ void wrk_scrub_stop(wrk_scrub *s);
 /* Threads that read cached blocks into the page cache for Prefetch, off
  * the RPC threads. Queue takes up to WRK_READ_AHEAD_BLOCKS ids (read
  * up to WRK_READ_AHEAD_MAX bytes of them) and never blocks: a batch that
- * finds the queue full is dropped. Stop joins the thread. */
+ * finds the queue full is dropped. Stop joins the threads. */
 int wrk_ra_start(wrk *w, wrk_ra **out);
 void wrk_ra_queue(wrk_ra *ra, const cis_block_id *ids, size_t n);
 void wrk_ra_stop(wrk_ra *ra);
