@@ -125,9 +125,10 @@ void wrk_ra_queue(wrk_ra *ra, const cis_block_id *ids, size_t n)
 	}
 	pthread_mutex_unlock(&ra->mu);
 	if (full)
-		cis_log_limited(CIS_LOG_DEBUG, "worker:read-ahead-full", 10,
-		                "read-ahead queue full: a Prefetch's cached blocks are read when asked",
-		                "blocks=%zu", n);
+		cis_log_limited(
+		    CIS_LOG_DEBUG, "worker:read-ahead-full", 10,
+		    "read-ahead queue full: a Prefetch's cached blocks are read when asked",
+		    "blocks=%zu", n);
 }
 
 void wrk_ra_stop(wrk_ra *ra)

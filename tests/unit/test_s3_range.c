@@ -204,6 +204,65 @@ Test(s3_range, slow_down_is_waited_out_longer_than_a_store_that_is_down, .timeou
 	cr_assert(strstr(em.text, "SlowDown"), "%s", em.text);
 }
 
+/* A HEAD's 503 has no body to name SlowDown: it is waited out as one, or a
+ * stat of a throttled prefix gives up within a second. */
+Test(s3_range, head_503_is_waited_out_as_slow_down, .timeout = 60)
+{
+	struct cis_ufs_stat st;
+	cis_errmsg em = {{0}};
+	cis_ufs *u;
+
+	set_reply("503 Slow Down", NULL, "");
+	u = open_fake_store(&em);
+	atomic_store(&requests, 0);
+	cr_assert_eq(cis_ufs_stat(u, "obj", &st, &em), -CIS_E_STORE, "%s", em.text);
+	cr_assert_eq(atomic_load(&requests), 10, "HEAD tried %d times", atomic_load(&requests));
+	cis_ufs_close(u);
+}
+
+/* A versioned read whose reply carries no byte to check (an empty
+ * object's, a 416 past the end) from a store that ignores If-Match: the
+ * ETag of another version makes it a change, not the end of this one. */
+Test(s3_range, bodyless_reply_of_another_version_is_a_change)
+{
+	cis_errmsg em = {{0}};
+	sink s = {.n = 0};
+	uint64_t got;
+	cis_ufs *u = open_fake_store(&em);
+
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 206 Partial Content\r\nETag: \"new\"\r\nContent-Range: bytes 0-0/0\r\n"
+	         "Content-Length: 1\r\nConnection: close\r\n\r\n");
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"old\"", 0, 10, sink_fn, &s, &got, &em),
+	             -CIS_E_CHANGED, "%s", em.text);
+	cr_assert(strstr(em.text, "object changed"), "%s", em.text);
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"new\"", 0, 10, sink_fn, &s, &got, &em), 0, "%s",
+	             em.text);
+	cr_assert_eq(got, 0);
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 416 Requested Range Not Satisfiable\r\nETag: \"new\"\r\n"
+	         "Content-Length: 0\r\nConnection: close\r\n\r\n");
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"old\"", 100, 10, sink_fn, &s, &got, &em),
+	             -CIS_E_CHANGED, "%s", em.text);
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"new\"", 100, 10, sink_fn, &s, &got, &em), 0, "%s",
+	             em.text);
+	cr_assert_eq(s.n, 0);
+	cis_ufs_close(u);
+}
+
+/* A size no multipart upload can hold is refused before any arithmetic
+ * on it (size + 9999 wrapped around to a part size of 0: SIGFPE). */
+Test(s3_range, write_of_an_impossible_size_refused)
+{
+	cis_errmsg em = {{0}};
+	cis_ufs *u = open_fake_store(&em);
+
+	atomic_store(&requests, 0);
+	cr_assert_eq(cis_ufs_write_fd(u, "obj", -1, UINT64_MAX, &em), -CIS_E_TOOBIG, "%s", em.text);
+	cr_assert_eq(atomic_load(&requests), 0);
+	cis_ufs_close(u);
+}
+
 /* An expired session token and a skewed clock say so, not "check
  * access_key and secret_key" or a bare store error. */
 Test(s3_range, expired_token_and_skewed_clock_named)
