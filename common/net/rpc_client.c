@@ -180,11 +180,26 @@ static int write_all(int fd, struct iovec *iov, int n)
 
 /* Read exactly n bytes; on Unix sockets, collect passed fds into c->rfds.
  * 0, -CIS_E_CLOSED on EOF, or -errno. */
-static int read_all(cis_rpc_client *c, int fd, void *buf, size_t n)
+/* Read n bytes; until_ms (monotonic), when not 0, bounds the whole read:
+ * a peer that sends a byte now and then would otherwise hold it for as
+ * long as it keeps that up (a receive timeout counts per recv). */
+static int read_all(cis_rpc_client *c, int fd, void *buf, size_t n, uint64_t until_ms)
 {
 	uint8_t *p = buf;
 
 	while (n > 0) {
+		if (until_ms) {
+			uint64_t now = cis_mono_ms();
+			struct pollfd pf = {.fd = fd, .events = POLLIN};
+			int k = now < until_ms ? poll(&pf, 1, (int)(until_ms - now)) : 0;
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0)
+				return -errno;
+			if (k == 0)
+				return -ETIMEDOUT;
+		}
 		char cbuf[CMSG_SPACE(sizeof(int) * 8)];
 		struct iovec iov = {p, n};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -224,14 +239,15 @@ static int read_all(cis_rpc_client *c, int fd, void *buf, size_t n)
 	return 0;
 }
 
-/* Read one frame. 0 or negative (the connection is unusable). */
-static int read_frame(cis_rpc_client *c, int fd, struct rframe **out)
+/* Read one frame, by until_ms when not 0 (read_all). 0 or negative (the
+ * connection is unusable). */
+static int read_frame(cis_rpc_client *c, int fd, struct rframe **out, uint64_t until_ms)
 {
 	uint8_t hb[CIS_FRAME_HDR_LEN];
 	struct rframe *f;
 	int r;
 
-	r = read_all(c, fd, hb, sizeof(hb));
+	r = read_all(c, fd, hb, sizeof(hb), until_ms);
 	if (r)
 		return r;
 	f = calloc(1, sizeof(*f));
@@ -248,9 +264,9 @@ static int read_frame(cis_rpc_client *c, int fd, struct rframe **out)
 	/* One byte more than asked, so that an empty part is never NULL. */
 	if (!(f->msg = malloc(f->hdr.msg_len + 1u)) || !(f->data = malloc(f->hdr.data_len + 1u)))
 		goto out_free;
-	r = read_all(c, fd, f->msg, f->hdr.msg_len);
+	r = read_all(c, fd, f->msg, f->hdr.msg_len, until_ms);
 	if (!r)
-		r = read_all(c, fd, f->data, f->hdr.data_len);
+		r = read_all(c, fd, f->data, f->hdr.data_len, until_ms);
 	if (r)
 		goto out_free;
 	if (f->hdr.flags & CIS_FRAME_FD) {
@@ -410,7 +426,7 @@ static void *reader_main(void *arg)
 		struct rframe *f;
 		struct call *k;
 
-		if (read_frame(c, fd, &f) != 0)
+		if (read_frame(c, fd, &f, 0) != 0)
 			break;
 		pthread_mutex_lock(&c->lock);
 		c->last_rx_ms = cis_mono_ms();
@@ -579,8 +595,10 @@ static int handshake(cis_rpc_client *c, int fd, cis_errmsg *em)
 	set_timeouts(fd, c->connect_ms, c->connect_ms);
 	r = send_frame(fd, CIS_MSG_HELLO, 0, buf, len, NULL, 0);
 	free(buf);
+	/* The whole reply within the connect timeout: every call waiting
+	 * to connect waits on this one, whatever its own timeout. */
 	if (!r)
-		r = read_frame(c, fd, &f);
+		r = read_frame(c, fd, &f, cis_mono_ms() + (uint64_t)c->connect_ms);
 	if (r) {
 		r = r == -EAGAIN ? -ETIMEDOUT : r;
 		return cis_fail(em, r, "hello to %s: %s", target(c, t, sizeof(t)), cis_strerror(r));

@@ -571,6 +571,58 @@ Test(rpc, connection_refused)
 	cis_rpc_client_free(c);
 }
 
+/* A "server" that answers the hello with a reply header announcing 100
+ * bytes and then sends one byte every 100 ms (arg: the listening socket). */
+static void *trickle_hello(void *arg)
+{
+	int lfd = *(int *)arg;
+	int fd = accept(lfd, NULL, NULL);
+	uint8_t hb[CIS_FRAME_HDR_LEN], junk[256];
+	cis_frame_hdr h = {.type = CIS_MSG_HELLO, .flags = CIS_FRAME_REPLY, .msg_len = 100};
+
+	if (fd < 0)
+		return NULL;
+	(void)!read(fd, junk, sizeof(junk));
+	cis_frame_hdr_encode(&h, hb);
+	/* send, not write: the client hangs up mid-way (no SIGPIPE). */
+	if (send(fd, hb, sizeof(hb), MSG_NOSIGNAL) == (ssize_t)sizeof(hb))
+		for (int i = 0; i < 100 && send(fd, "x", 1, MSG_NOSIGNAL) == 1; i++)
+			usleep(100 * 1000);
+	close(fd);
+	return NULL;
+}
+
+/* The hello's reply is bounded as a whole by the connect timeout, not per
+ * receive: a peer that trickles it held every caller waiting to connect
+ * for as long as it went on. */
+Test(rpc, a_hello_reply_trickled_in_times_out)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	pthread_t th;
+	cis_rpc_client *c;
+	cis_errmsg em = {{0}};
+
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lfd, 4), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	cr_assert_eq(pthread_create(&th, NULL, trickle_hello, &lfd), 0);
+	cis_rpc_client_opts o = {.host = "127.0.0.1",
+	                         .port = ntohs(sa.sin_port),
+	                         .name = "t",
+	                         .connect_timeout_ms = 500,
+	                         .call_timeout_ms = 5000};
+	cr_assert_eq(cis_rpc_client_new(&o, &c), 0);
+	uint64_t t0 = cis_mono_ms();
+	cr_assert_eq(echo(c, 1, NULL, &em), -ETIMEDOUT, "%s", em.text);
+	cr_assert_lt(cis_mono_ms() - t0, 2000, "the hello took %llu ms",
+	             (unsigned long long)(cis_mono_ms() - t0));
+	cis_rpc_client_free(c);
+	pthread_join(th, NULL);
+	close(lfd);
+}
+
 /* A raw TCP connection to the server. */
 static int raw_conn(void)
 {
