@@ -124,6 +124,10 @@ static int api_mounts_post(mst_master *m, json_t *body, json_t **out)
 	json_t *jo = json_object_get(body, "options");
 	if (jo && !json_is_object(jo))
 		return fail_msg(out, 400, "\"options\" must be an object of strings");
+	/* Each is looked up in a list: a body of 90,000 keys would cost one
+	 * HTTP thread billions of compares before the store refused them. */
+	if (json_object_size(jo) > MST_MOUNT_OPTIONS_MAX)
+		return fail_msg(out, 400, "too many \"options\"");
 	const char *k;
 	json_t *v;
 	json_object_foreach(jo, k, v)
@@ -438,7 +442,11 @@ static int api_report(mst_master *m, json_t **out)
 
 /* ---- jobs and policies ---- */
 
-static int get_u64(json_t *body, const char *k, uint64_t max, uint64_t *out, json_t **err_out)
+/* body[k] as a number up to max: an integer, or a string of one; sized,
+ * a size with a suffix ("100M": a bandwidth), else decimal digits only
+ * (a count: "0.03k" is no number of replicas). */
+static int get_u64(json_t *body, const char *k, uint64_t max, bool sized, uint64_t *out,
+                   json_t **err_out)
 {
 	json_t *v = json_object_get(body, k);
 	if (!v)
@@ -448,7 +456,9 @@ static int get_u64(json_t *body, const char *k, uint64_t max, uint64_t *out, jso
 		*out = (uint64_t)json_integer_value(v);
 		return 0;
 	}
-	if (json_is_string(v) && !cis_parse_size(json_string_value(v), out) && *out <= max)
+	const char *s = json_string_value(v);
+	if (s && strlen(s) == json_string_length(v) &&
+	    (sized ? !cis_parse_size(s, out) && *out <= max : !cis_parse_decimal(s, max, out)))
 		return 0;
 	char msg[80];
 	snprintf(msg, sizeof(msg), "bad \"%s\"", k);
@@ -482,8 +492,8 @@ static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
 		return fail(out, err, &em);
 	json_t *jt = json_object_get(body, "type");
 	r.type = jt ? json_string_value(jt) : "load";
-	if (!r.type)
-		return fail_msg(out, 400, "\"type\" must be a string");
+	if (!r.type || (jt && strlen(r.type) != json_string_length(jt)))
+		return fail_msg(out, 400, "\"type\" must be a string without nul bytes");
 	/* A pin job alone would pin blocks with no pin policy kept: later
 	 * capacity checks would not count them, nor loads pin what they fetch. */
 	if (!strcmp(r.type, "pin") || !strcmp(r.type, "unpin"))
@@ -491,9 +501,9 @@ static int api_jobs_post(mst_master *m, json_t *body, json_t **out)
 		    out, 400,
 		    "pin and unpin are set with POST /api/v1/policy {\"path\", \"pin\": "
 		    "true|false}, which starts the job");
-	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, &rep, out)) ||
-	    (st = get_u64(body, "parallel", CIS_PARALLEL_MAX, &par, out)) ||
-	    (st = get_u64(body, "bandwidth", UINT64_MAX / 2, &bw, out)) ||
+	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, false, &rep, out)) ||
+	    (st = get_u64(body, "parallel", CIS_PARALLEL_MAX, false, &par, out)) ||
+	    (st = get_u64(body, "bandwidth", UINT64_MAX / 2, true, &bw, out)) ||
 	    (st = get_bool(body, "verify", &r.verify, out)) ||
 	    (st = get_bool(body, "metadata_only", &r.metadata_only, out)))
 		return st;
@@ -587,7 +597,7 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		return fail(out, err, &em);
 	json_t *jr = json_object_get(body, "replicas"), *jp = json_object_get(body, "pin"),
 	       *jt = json_object_get(body, "ttl");
-	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, &rep, out)) ||
+	if ((st = get_u64(body, "replicas", CIS_REPLICAS_MAX, false, &rep, out)) ||
 	    (st = get_bool(body, "recursive", &rec, out)) ||
 	    (st = get_bool(body, "pin", &pin, out)))
 		return st;
@@ -597,7 +607,8 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		return fail_msg(out, 400, msg);
 	}
 	if (jt) {
-		if (json_is_string(jt) && !strcmp(json_string_value(jt), "off"))
+		if (json_is_string(jt) && json_string_length(jt) == 3 &&
+		    !strcmp(json_string_value(jt), "off"))
 			ttl = 0;
 		else if (json_is_integer(jt) && json_integer_value(jt) > 0 &&
 		         json_integer_value(jt) <= MST_TTL_MAX_S)
@@ -652,6 +663,16 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	                 "path", path);
 	return 200;
 }
+/* Whether method is one of the space-separated words of methods. */
+static bool method_in(const char *methods, const char *method)
+{
+	size_t ml = strlen(method);
+	for (const char *p = methods; ml && (p = strstr(p, method)); p++)
+		if ((p == methods || p[-1] == ' ') && (p[ml] == ' ' || !p[ml]))
+			return true;
+	return false;
+}
+
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out)
 {
@@ -679,9 +700,7 @@ int mst_api_handle(mst_master *m, const char *method, const char *path, const ci
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (!strcmp(path, known[i].path)) {
 			found = true;
-			const char *p = strstr(known[i].methods, method);
-			size_t ml = strlen(method);
-			if (!ml || !p || (p[ml] != ' ' && p[ml] != 0))
+			if (!method_in(known[i].methods, method))
 				return fail_msg(out, 405, "method not allowed");
 		}
 	if (!found)

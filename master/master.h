@@ -31,6 +31,8 @@
 #define MST_PATH_MAX        4096
 #define MST_DEFAULT_BLOCK   (4u << 20)
 #define MST_DEFAULT_SYNC_MS (300u * 1000u)
+/* Options one mount may be given: every connector knows a dozen at most. */
+#define MST_MOUNT_OPTIONS_MAX 64
 
 enum mst_type { MST_FILE = 1, MST_DIR = 2, MST_LINK = 3 };
 

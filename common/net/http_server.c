@@ -219,6 +219,9 @@ int cis_http_status_of(int code)
 		return 413;
 	case -ENOTSUP:
 		return 501;
+	case -EAGAIN:    /* changed meanwhile: try again */
+	case -ECANCELED: /* the daemon is stopping */
+		return 503;
 	}
 	return 500;
 }
@@ -243,15 +246,7 @@ const char *cis_http_req_path(const cis_http_req *r)
 
 const char *cis_http_req_query(const cis_http_req *r, const char *name)
 {
-	cis_http_req *m = (cis_http_req *)r; /* parsed lazily, once */
-
-	if (!m->query_parsed) {
-		m->query_parsed = true;
-		TAILQ_INIT(&m->query);
-		if (m->raw_query && evhttp_parse_query_str(m->raw_query, &m->query) != 0)
-			evhttp_clear_headers(&m->query);
-	}
-	return evhttp_find_header(&m->query, name);
+	return evhttp_find_header(&r->query, name);
 }
 
 json_t *cis_http_req_json(cis_http_req *r)
@@ -404,9 +399,45 @@ static void dispatch_routes(cis_http_server *s, cis_http_req *r)
 /* Whether no name or value of the query decodes to a NUL byte: only the
  * escape %00 makes one (a raw NUL cannot be in the string). Checked on the
  * raw text, with no decoding of every request's query before routing. */
-static bool query_ok(const char *raw)
+#define QUERY_MAX_PARAMS 64
+
+/* Parse r's query into r->query, or reply 400 and return false when it
+ * cannot be taken as it stands: libevent refuses a whole query with one
+ * malformed item (no '=', a bad escape), and a handler would then act on
+ * none of its parameters (a recursive sync done as a plain one); a value
+ * with a nul byte would be cut short where a handler reads it as a C
+ * string ("path=/m1%00garbage" naming /m1); and of a parameter given twice,
+ * which one counts would be a guess. */
+static bool parse_query(cis_http_req *r)
 {
-	return !strstr(raw, "%00");
+	const char *why = NULL;
+	size_t n = 0;
+
+	r->query_parsed = true;
+	TAILQ_INIT(&r->query);
+	if (!r->raw_query)
+		return true;
+	if (strstr(r->raw_query, "%00")) {
+		why = "a value contains a nul byte";
+	} else if (evhttp_parse_query_str(r->raw_query, &r->query) != 0) {
+		why = "each item must be name=value, with valid %-escapes";
+	} else {
+		struct evkeyval *a, *b;
+
+		TAILQ_FOREACH(a, &r->query, next)
+		{
+			if (++n > QUERY_MAX_PARAMS) {
+				why = "too many parameters";
+				break;
+			}
+			for (b = TAILQ_NEXT(a, next); b && !why; b = TAILQ_NEXT(b, next))
+				if (!strcmp(a->key, b->key))
+					why = "a parameter is given more than once";
+		}
+	}
+	if (why)
+		cis_http_reply_error(r, 400, "malformed query: %s", why);
+	return !why;
 }
 
 static void dispatch(struct evhttp_request *er, void *arg)
@@ -434,12 +465,8 @@ static void dispatch(struct evhttp_request *er, void *arg)
 		goto out;
 	}
 	r.raw_query = uri ? evhttp_uri_get_query(uri) : NULL;
-	if (r.raw_query && !query_ok(r.raw_query)) {
-		/* evhttp_parse_query_str decodes %00 and handlers read values as C
-		 * strings: "path=/m1%00garbage" would name /m1 */
-		cis_http_reply_error(&r, 400, "malformed query: a value contains a nul byte");
+	if (!parse_query(&r))
 		goto out;
-	}
 	if (!serve_builtin(s, &r))
 		dispatch_routes(s, &r);
 out:

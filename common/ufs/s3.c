@@ -93,6 +93,9 @@ struct req {
 	size_t body_len;
 	const char *payload_hash;
 	size_t body_max; /* largest reply body kept in resp */
+	/* Monotonic ms by which the request, retries included, must be done
+	 * (0: none; a read's only limit is a stall of timeout seconds). */
+	uint64_t until_ms;
 
 	/* Streaming reads: 2xx bodies go to sink. For a 200 to a ranged
 	 * request (a server that ignored Range) only [win_off, win_off +
@@ -640,6 +643,11 @@ static int attempt_once(struct s3 *s, struct req *r, CURLcode *cc)
 	 * keep moving. Under 1 byte/s for timeout seconds aborts. */
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, s->timeout_s);
+	uint64_t now = cis_mono_ms();
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+	                 !r->until_ms        ? 0L
+	                 : now < r->until_ms ? (long)(r->until_ms - now)
+	                                     : 1L);
 	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, s->verify_tls ? 1L : 0L);
 	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, s->verify_tls ? 2L : 0L);
 	if (s->ca_bundle)
@@ -794,6 +802,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 	for (int attempt = 0;; attempt++) {
 		CURLcode cc = CURLE_OK;
 		bool last = attempt + 1 >= RETRY_ATTEMPTS;
+		bool late = false; /* past until_ms once this attempt is over */
 		uint64_t cap_ms = RETRY_CAP_MS;
 		int rc = 0;
 
@@ -848,7 +857,8 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 				last = attempt + 1 >= RETRY_THROTTLED_ATTEMPTS;
 				cap_ms = RETRY_THROTTLED_CAP_MS;
 			}
-			if (!retry || last || r->delivered)
+			late = r->until_ms && cis_mono_ms() >= r->until_ms;
+			if (!retry || last || late || r->delivered)
 				return http_error(s, r, what, em);
 			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
 			                "uri=%s method=%s status=%ld attempt=%d", what, r->method,
@@ -861,6 +871,10 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 				return cis_fail(em, -CIS_E_STORE,
 				                "%s: transfer failed after %" PRIu64 " bytes: %s",
 				                what, r->delivered, curl_easy_strerror(cc));
+			late = r->until_ms && cis_mono_ms() >= r->until_ms;
+			if (late && curl_retryable(cc))
+				return cis_fail(em, -ETIMEDOUT, "%s: no answer in time: %s", what,
+				                curl_easy_strerror(cc));
 			if (!curl_retryable(cc) || last)
 				return cis_fail(
 				    em, -CIS_E_STORE, "%s: %s%s", what, curl_easy_strerror(cc),
@@ -1313,9 +1327,10 @@ out_fail:
 /* ---- operations ---- */
 
 /* One-key listing under prefix: *found when anything is there. */
-static int probe_prefix(struct s3 *s, const char *prefix, bool *found, cis_errmsg *em)
+static int probe_prefix(struct s3 *s, const char *prefix, uint64_t until_ms, bool *found,
+                        cis_errmsg *em)
 {
-	struct req r = {.method = "GET", .body_max = CIS_S3_XML_MAX};
+	struct req r = {.method = "GET", .body_max = CIS_S3_XML_MAX, .until_ms = until_ms};
 	cis_s3_list l;
 	int rc;
 
@@ -1352,7 +1367,10 @@ static int s3_check(void *state, cis_errmsg *em)
 
 	if (s->prefix[0] && asprintf(&p, "%s/", s->prefix) < 0)
 		return cis_fail(em, -ENOMEM, "s3: out of memory");
-	rc = probe_prefix(s, p ? p : "", &found, em);
+	/* Done within the timeout, retries and all: a mount waits on it (an
+	 * HTTP thread of the master's API), and a store that trickles its
+	 * answer would pass the stall limit for ever. */
+	rc = probe_prefix(s, p ? p : "", cis_mono_ms() + (uint64_t)s->timeout_s * 1000, &found, em);
 	free(p);
 	return rc;
 }
@@ -1399,7 +1417,7 @@ static int s3_stat(void *state, const char *path, struct cis_ufs_stat *st, cis_e
 		goto out;
 	}
 	cis_errmsg em2 = {{0}};
-	rc = probe_prefix(s, dirp, &found, &em2);
+	rc = probe_prefix(s, dirp, 0, &found, &em2);
 	if (rc) {
 		if (em)
 			*em = em2;

@@ -189,6 +189,11 @@ Test(http, not_found_and_method_not_allowed)
 	assert_error_body(call("GET", "/api/v1/jobs/%00x", NULL, 400), "malformed");
 	/* a value decoded as a C string would be cut at the NUL */
 	assert_error_body(call("GET", "/api/v1/echo?path=/m1%00garbage", NULL, 400), "nul byte");
+	/* libevent refuses a whole query with one malformed item: the handler
+	 * would have acted on none of its parameters (a recursive sync done as
+	 * a plain one); of a parameter given twice, the first counted. */
+	assert_error_body(call("GET", "/api/v1/echo?q=1&recursive", NULL, 400), "name=value");
+	assert_error_body(call("GET", "/api/v1/echo?q=1&q=2", NULL, 400), "more than once");
 	/* a path that is not UTF-8 is named with '?' (it was a 500) */
 	assert_error_body(call("GET", "/caf%e9", NULL, 404), "/caf?: not found");
 }
@@ -473,4 +478,6 @@ Test(http, status_of_codes)
 	cr_assert_eq(cis_http_status_of(-ETIMEDOUT), 504);
 	cr_assert_eq(cis_http_status_of(-ENOSPC), 507);
 	cr_assert_eq(cis_http_status_of(-CIS_E_INTERNAL), 500);
+	cr_assert_eq(cis_http_status_of(-EAGAIN), 503, "changed meanwhile: try again");
+	cr_assert_eq(cis_http_status_of(-ECANCELED), 503, "the daemon is stopping");
 }

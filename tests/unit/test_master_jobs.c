@@ -2104,3 +2104,53 @@ Test(jobs, a_finished_job_shows_no_walk_progress)
 	json_decref(o);
 	cis_kvlist_free(&q);
 }
+
+/* Inputs the API took for something else: counts with a size suffix
+ * ("0.03k" replicas were 30), a nul byte cutting "type" or "ttl" short, a
+ * method that is a piece of an allowed one ("ST" ran the DELETE of
+ * /mounts), and options by the ten thousand (each looked up in a list). */
+Test(jobs, api_inputs_taken_for_something_else_are_refused)
+{
+	json_t *o = NULL;
+	cr_assert_eq(
+	    api("POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replicas\": \"0.03k\"}", &o),
+	    400);
+	json_decref(o);
+	cr_assert_eq(
+	    api("POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"parallel\": \"0.1k\"}", &o),
+	    400);
+	json_decref(o);
+	cr_assert_eq(api("POST", "/api/v1/jobs", NULL,
+	                 "{\"path\": \"/m\", \"type\": \"load\\u0000zz\"}", &o),
+	             400);
+	json_decref(o);
+	cr_assert_eq(
+	    api("POST", "/api/v1/policy", NULL, "{\"path\": \"/m\", \"ttl\": \"off\\u0000x\"}", &o),
+	    400);
+	json_decref(o);
+	cr_assert_eq(api("ST", "/api/v1/mounts", NULL, NULL, &o), 405);
+	json_decref(o);
+	cr_assert_eq(api("GET", "/api/v1/mounts", NULL, NULL, &o), 200);
+	cr_assert_eq(json_array_size(json_object_get(o, "mounts")), 1, "the mount is still there");
+	json_decref(o);
+	json_t *opts = json_object();
+	for (int i = 0; i < 1000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%d", i);
+		json_object_set_new(opts, k, json_string(""));
+	}
+	json_t *b =
+	    json_pack("{s:s, s:s, s:o}", "path", "/other", "uri", "file:///tmp", "options", opts);
+	cis_kvlist q = CIS_KVLIST_INIT;
+	cr_assert_eq(mst_api_handle(m, "POST", "/api/v1/mounts", &q, b, &o), 400);
+	cr_assert(strstr(str(o, "error"), "too many"), "%s", str(o, "error"));
+	json_decref(o);
+	json_decref(b);
+	/* Still taken: a count as digits, a bandwidth with its suffix. */
+	cr_assert_eq(api("POST", "/api/v1/jobs", NULL,
+	                 "{\"path\": \"/m\", \"replicas\": \"1\", \"bandwidth\": \"10M\", "
+	                 "\"metadata_only\": true}",
+	                 &o),
+	             201, "%s", o ? str(o, "error") : "");
+	json_decref(o);
+}

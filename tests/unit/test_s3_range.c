@@ -18,6 +18,7 @@
 
 #include "cistern/error.h"
 #include "cistern/kv.h"
+#include "cistern/time.h"
 #include "cistern/ufs.h"
 #include "s3_at_port.h"
 
@@ -202,6 +203,58 @@ Test(s3_range, slow_down_is_waited_out_longer_than_a_store_that_is_down, .timeou
 	cr_assert_eq(s3_get(0, 10, &s, &em), -CIS_E_STORE);
 	cr_assert_eq(atomic_load(&requests), 10, "SlowDown tried %d times", atomic_load(&requests));
 	cr_assert(strstr(em.text, "SlowDown"), "%s", em.text);
+}
+
+/* A store that answers the check one byte at a time (faster than the
+ * stall limit of 1 byte/s): arg is its listening socket. */
+static void *trickle_store(void *arg)
+{
+	int l = *(int *)arg, c = accept(l, NULL, NULL);
+	char req[4096];
+	const char *head = "HTTP/1.1 200 OK\r\nx-slow: ";
+
+	if (c < 0)
+		return NULL;
+	(void)!read(c, req, sizeof(req));
+	if (send(c, head, strlen(head), MSG_NOSIGNAL) > 0)
+		for (int i = 0; i < 60 && send(c, "a", 1, MSG_NOSIGNAL) == 1; i++)
+			usleep(200 * 1000);
+	close(c);
+	return NULL;
+}
+
+/* The check a mount waits on (on an HTTP thread of the master's API) ends
+ * within the timeout option, retries and all: the stall limit alone let a
+ * trickling store hold it for as long as it kept on. */
+Test(s3_range, a_check_of_a_trickling_store_ends_at_the_timeout, .timeout = 60)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	pthread_t th;
+	cis_kvlist o = CIS_KVLIST_INIT;
+	cis_errmsg em = {{0}};
+	char ep[64];
+	cis_ufs *u;
+
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	cr_assert_eq(pthread_create(&th, NULL, trickle_store, &l), 0);
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%u", ntohs(sa.sin_port));
+	cr_assert_eq(cis_kvlist_set(&o, "endpoint", ep), 0);
+	cr_assert_eq(cis_kvlist_set(&o, "access_key", "AK"), 0);
+	cr_assert_eq(cis_kvlist_set(&o, "secret_key", "SK"), 0);
+	cr_assert_eq(cis_kvlist_set(&o, "timeout", "1"), 0);
+	cr_assert_eq(cis_ufs_open("s3://bkt", &o, &u, &em), 0, "%s", em.text);
+	uint64_t t0 = cis_mono_ms();
+	cr_assert_eq(cis_ufs_check(u, &em), -ETIMEDOUT, "%s", em.text);
+	cr_assert_lt(cis_mono_ms() - t0, 5000, "the check took %llu ms",
+	             (unsigned long long)(cis_mono_ms() - t0));
+	cis_ufs_close(u);
+	cis_kvlist_free(&o);
+	pthread_join(th, NULL);
+	close(l);
 }
 
 /* A HEAD's 503 has no body to name SlowDown: it is waited out as one, or a

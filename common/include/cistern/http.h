@@ -51,7 +51,8 @@ void cis_http_server_free(cis_http_server *s);
 const char *cis_http_req_method(const cis_http_req *r);
 /* The decoded path, without the query. */
 const char *cis_http_req_path(const cis_http_req *r);
-/* A decoded query parameter, or NULL. */
+/* A decoded query parameter, or NULL. A query that does not parse, holds
+ * a nul byte or names a parameter twice never reaches a handler (400). */
 const char *cis_http_req_query(const cis_http_req *r, const char *name);
 /* The body parsed as a JSON object; NULL after the server already replied
  * 400 (malformed or not an object). The caller must then just return. */
