@@ -396,17 +396,15 @@ static void dispatch_routes(cis_http_server *s, cis_http_req *r)
 	cis_http_reply_error(r, 405, "%s %s: method not allowed", r->method, r->path);
 }
 
-/* Whether no name or value of the query decodes to a NUL byte: only the
- * escape %00 makes one (a raw NUL cannot be in the string). Checked on the
- * raw text, with no decoding of every request's query before routing. */
 #define QUERY_MAX_PARAMS 64
 
 /* Parse r's query into r->query, or reply 400 and return false when it
  * cannot be taken as it stands: libevent refuses a whole query with one
- * malformed item (no '=', a bad escape), and a handler would then act on
+ * malformed item (no '=', or no name), and a handler would then act on
  * none of its parameters (a recursive sync done as a plain one); a value
- * with a nul byte would be cut short where a handler reads it as a C
- * string ("path=/m1%00garbage" naming /m1); and of a parameter given twice,
+ * with a nul byte (only the escape %00 makes one) would be cut short
+ * where a handler reads it as a C string ("path=/m1%00garbage" naming
+ * /m1); and of a parameter given twice,
  * which one counts would be a guess. */
 static bool parse_query(cis_http_req *r)
 {
@@ -420,12 +418,14 @@ static bool parse_query(cis_http_req *r)
 	if (strstr(r->raw_query, "%00")) {
 		why = "a value contains a nul byte";
 	} else if (evhttp_parse_query_str(r->raw_query, &r->query) != 0) {
-		why = "each item must be name=value, with valid %-escapes";
+		why = "each item must be name=value";
 	} else {
 		struct evkeyval *a, *b;
 
 		TAILQ_FOREACH(a, &r->query, next)
 		{
+			if (why)
+				break;
 			if (++n > QUERY_MAX_PARAMS) {
 				why = "too many parameters";
 				break;

@@ -179,10 +179,10 @@ static int write_all(int fd, struct iovec *iov, int n)
 }
 
 /* Read exactly n bytes; on Unix sockets, collect passed fds into c->rfds.
- * 0, -CIS_E_CLOSED on EOF, or -errno. */
-/* Read n bytes; until_ms (monotonic), when not 0, bounds the whole read:
- * a peer that sends a byte now and then would otherwise hold it for as
- * long as it keeps that up (a receive timeout counts per recv). */
+ * until_ms (monotonic), when not 0, bounds the whole read: a peer that
+ * sends a byte now and then would otherwise hold it for as long as it
+ * keeps that up (a receive timeout counts per recv). 0, -CIS_E_CLOSED on
+ * EOF, -ETIMEDOUT past until_ms, or -errno. */
 static int read_all(cis_rpc_client *c, int fd, void *buf, size_t n, uint64_t until_ms)
 {
 	uint8_t *p = buf;

@@ -96,6 +96,7 @@ struct req {
 	/* Monotonic ms by which the request, retries included, must be done
 	 * (0: none; a read's only limit is a stall of timeout seconds). */
 	uint64_t until_ms;
+	bool empty_object; /* a read's reply said "/0" in its Content-Range */
 
 	/* Streaming reads: 2xx bodies go to sink. For a 200 to a ranged
 	 * request (a server that ignored Range) only [win_off, win_off +
@@ -365,7 +366,15 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 		r->have_cr = false;
 		r->cr_text[0] = 0;
 		r->mtime_ns = 0;
+		r->empty_object = false;
 		return len;
+	}
+	if (!l && r->empty_object) {
+		/* The end of an empty object's headers (its ETag, in whatever
+		 * order they came, is in): stop before the body. */
+		r->window_done = true;
+		r->have_cl = false;
+		return 0;
 	}
 	char *colon = strchr(line, ':');
 	if (!colon)
@@ -387,12 +396,12 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 	} else if (!strcasecmp(line, "content-range")) {
 		/* "bytes 0-0/0": an empty object. Some stores (s3rver) then
 		 * announce a one-byte body and never send it; there is nothing
-		 * to read, so stop here rather than wait for a byte. */
+		 * to read, so stop at the end of the headers rather than wait
+		 * for a byte. */
 		const char *slash = strrchr(v, '/');
 		if (r->sink && slash && !strcmp(slash, "/0")) {
-			r->window_done = true;
-			r->have_cl = false;
-			return 0;
+			r->empty_object = true;
+			return len;
 		}
 		snprintf(r->cr_text, sizeof(r->cr_text), "%s", v);
 		r->have_cr = parse_content_range(v, &r->cr_start, &r->cr_end, &r->cr_total);
@@ -788,6 +797,13 @@ static bool throttled(const struct req *r)
 	                            !strcmp(e.code, "SlowDown"));
 }
 
+/* Whether r's deadline leaves no room for another try (less than the
+ * shortest pause before one). */
+static bool past_deadline(const struct req *r)
+{
+	return r->until_ms && cis_mono_ms() + RETRY_BASE_MS >= r->until_ms;
+}
+
 /* Run r with retries. 0 on a 2xx reply (r->status, headers and body
  * filled), else a code with em filled. */
 static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
@@ -857,7 +873,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 				last = attempt + 1 >= RETRY_THROTTLED_ATTEMPTS;
 				cap_ms = RETRY_THROTTLED_CAP_MS;
 			}
-			late = r->until_ms && cis_mono_ms() >= r->until_ms;
+			late = past_deadline(r);
 			if (!retry || last || late || r->delivered)
 				return http_error(s, r, what, em);
 			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
@@ -871,7 +887,7 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 				return cis_fail(em, -CIS_E_STORE,
 				                "%s: transfer failed after %" PRIu64 " bytes: %s",
 				                what, r->delivered, curl_easy_strerror(cc));
-			late = r->until_ms && cis_mono_ms() >= r->until_ms;
+			late = past_deadline(r);
 			if (late && curl_retryable(cc))
 				return cis_fail(em, -ETIMEDOUT, "%s: no answer in time: %s", what,
 				                curl_easy_strerror(cc));
@@ -882,6 +898,12 @@ static int s3_do(struct s3 *s, struct req *r, cis_errmsg *em)
 			cis_log_limited(CIS_LOG_WARN, "s3-retry", 10, "s3 request retried",
 			                "uri=%s method=%s error=\"%s\" attempt=%d", what, r->method,
 			                curl_easy_strerror(cc), attempt + 1);
+		}
+		if (r->until_ms) { /* no pause past it: the next try would only time out */
+			uint64_t now = cis_mono_ms();
+			uint64_t left = r->until_ms > now ? r->until_ms - now : 0;
+			if (cap_ms > left)
+				cap_ms = left;
 		}
 		backoff(attempt, cap_ms);
 	}

@@ -194,6 +194,11 @@ Test(http, not_found_and_method_not_allowed)
 	 * a plain one); of a parameter given twice, the first counted. */
 	assert_error_body(call("GET", "/api/v1/echo?q=1&recursive", NULL, 400), "name=value");
 	assert_error_body(call("GET", "/api/v1/echo?q=1&q=2", NULL, 400), "more than once");
+	char many[1024];
+	int n = snprintf(many, sizeof(many), "/api/v1/echo?q=1");
+	for (int i = 0; i < 64; i++)
+		n += snprintf(many + n, sizeof(many) - (size_t)n, "&p%d=1", i);
+	assert_error_body(call("GET", many, NULL, 400), "too many parameters");
 	/* a path that is not UTF-8 is named with '?' (it was a 500) */
 	assert_error_body(call("GET", "/caf%e9", NULL, 404), "/caf?: not found");
 }

@@ -292,6 +292,14 @@ Test(s3_range, bodyless_reply_of_another_version_is_a_change)
 	cr_assert_eq(cis_ufs_read(u, "obj", "\"new\"", 0, 10, sink_fn, &s, &got, &em), 0, "%s",
 	             em.text);
 	cr_assert_eq(got, 0);
+	/* The ETag after the Content-Range is seen too. */
+	snprintf(reply, sizeof(reply),
+	         "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-0/0\r\nETag: \"new\"\r\n"
+	         "Content-Length: 1\r\nConnection: close\r\n\r\n");
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"old\"", 0, 10, sink_fn, &s, &got, &em),
+	             -CIS_E_CHANGED, "%s", em.text);
+	cr_assert_eq(cis_ufs_read(u, "obj", "\"new\"", 0, 10, sink_fn, &s, &got, &em), 0, "%s",
+	             em.text);
 	snprintf(reply, sizeof(reply),
 	         "HTTP/1.1 416 Requested Range Not Satisfiable\r\nETag: \"new\"\r\n"
 	         "Content-Length: 0\r\nConnection: close\r\n\r\n");
