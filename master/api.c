@@ -579,6 +579,14 @@ static json_t *policy_json(const mst_policy *p)
 	return o;
 }
 
+static int walk_nothing(void *arg, const char *path, const mst_inode *file)
+{
+	(void)arg;
+	(void)path;
+	(void)file;
+	return 0;
+}
+
 /* Body: {"path", "replicas": N, "recursive": bool, "pin": bool, "ttl": N | "off"}.
  * Pin starts a pin job (after refusing a pin larger than the cache), unpin
  * an unpin job. */
@@ -624,6 +632,17 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	 * so none is kept below a mount that is gone */
 	char real[MST_PATH_MAX + 1];
 	uint64_t job = 0;
+	if (jp && pin) {
+		/* The capacity check of a new pin walks its tree, listing what
+		 * was never listed: minutes for a large tree, which must not be
+		 * spent holding policy_lock (an unmount waits on it, and every
+		 * mount, job and policy request behind the unmount). List it
+		 * now, unlocked; the check then walks what LMDB holds. Its
+		 * errors are the check's to report. */
+		cis_errmsg pre = {{0}};
+		if (!mst_ns_realpath(m, path, true, real, NULL, &pre))
+			(void)mst_walk(m, real, true, walk_nothing, NULL, NULL, &pre);
+	}
 	pthread_mutex_lock(&m->policy_lock);
 	err = mst_ns_realpath(m, path, true, real, NULL, &em);
 	if (!err)
