@@ -195,8 +195,12 @@ static int read_block(fcl *c, fcl_file *f, fcl_wlist *wl, uint64_t idx, uint64_t
 		const fcl_worker *w = &wl->w[order[i]];
 		cis_errmsg wem = {{0}};
 		int rc;
-		if (worker_down(c, w->id))
+		if (worker_down(c, w->id)) {
+			/* Found dead by an earlier read or a prefetch: this read
+			 * fails over to the next one all the same. */
+			cis_counter_inc(c->stats.failovers);
 			continue;
+		}
 		bool stream = !w->local;
 		if (w->local) {
 			int fd;

@@ -682,12 +682,12 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	                 "path", path);
 	return 200;
 }
-/* Whether method is one of the space-separated words of methods. */
-static bool method_in(const char *methods, const char *method)
+/* Whether word is one of the space-separated words of words. */
+static bool word_in(const char *words, const char *word)
 {
-	size_t ml = strlen(method);
-	for (const char *p = methods; ml && (p = strstr(p, method)); p++)
-		if ((p == methods || p[-1] == ' ') && (p[ml] == ' ' || !p[ml]))
+	size_t wl = strlen(word);
+	for (const char *p = words; wl && (p = strstr(p, word)); p++)
+		if ((p == words || p[-1] == ' ') && (p[wl] == ' ' || !p[wl]))
 			return true;
 	return false;
 }
@@ -695,37 +695,53 @@ static bool method_in(const char *methods, const char *method)
 int mst_api_handle(mst_master *m, const char *method, const char *path, const cis_kvlist *query,
                    json_t *body, json_t **out)
 {
+	/* The fields a POST body may have: one it does not know is refused,
+	 * not ignored (a typo, "replica": 3, would load one copy). */
 	static const struct {
 		const char *path;
 		const char *methods;
+		const char *post_fields;
 	} known[] = {
-	    {"/api/v1/mounts", "GET POST DELETE"},
-	    {"/api/v1/ls", "GET"},
-	    {"/api/v1/stat", "GET"},
-	    {"/api/v1/sync", "POST"},
-	    {"/api/v1/report", "GET"},
-	    {"/api/v1/workers", "GET"},
-	    {"/api/v1/jobs", "GET POST"},
-	    {"/api/v1/job", "GET"},
-	    {"/api/v1/job/cancel", "POST"},
-	    {"/api/v1/policies", "GET"},
-	    {"/api/v1/policy", "POST"},
+	    {"/api/v1/mounts", "GET POST DELETE",
+	     "path uri options read_only block_size sync_interval"},
+	    {"/api/v1/ls", "GET", ""},
+	    {"/api/v1/stat", "GET", ""},
+	    {"/api/v1/sync", "POST", "path recursive"},
+	    {"/api/v1/report", "GET", ""},
+	    {"/api/v1/workers", "GET", ""},
+	    {"/api/v1/jobs", "GET POST",
+	     "type path replicas parallel bandwidth verify metadata_only"},
+	    {"/api/v1/job", "GET", ""},
+	    {"/api/v1/job/cancel", "POST", "id"},
+	    {"/api/v1/policies", "GET", ""},
+	    {"/api/v1/policy", "POST", "path replicas recursive pin ttl"},
 	};
 	*out = NULL;
 	cis_counter_inc(m->c_api_requests);
 	if (!method || !path)
 		return fail_msg(out, 400, "bad request");
-	bool found = false;
+	const char *fields = NULL;
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (!strcmp(path, known[i].path)) {
-			found = true;
-			if (!method_in(known[i].methods, method))
+			fields = known[i].post_fields;
+			if (!word_in(known[i].methods, method))
 				return fail_msg(out, 405, "method not allowed");
 		}
-	if (!found)
+	if (!fields)
 		return fail_msg(out, 404, "no such endpoint");
 	if (body && !json_is_object(body))
 		return fail_msg(out, 400, "the body must be a json object");
+	const char *k;
+	json_t *v;
+	if (body && !strcmp(method, "POST"))
+		json_object_foreach(body, k, v)
+		{
+			if (!word_in(fields, k)) {
+				char msg[80];
+				snprintf(msg, sizeof(msg), "unknown field \"%.40s\"", k);
+				return fail_msg(out, 400, msg);
+			}
+		}
 	if (!strcmp(path, "/api/v1/mounts")) {
 		if (!strcmp(method, "GET"))
 			return api_mounts_get(m, out);

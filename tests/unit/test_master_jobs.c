@@ -2146,6 +2146,12 @@ Test(jobs, api_inputs_taken_for_something_else_are_refused)
 	cr_assert(strstr(str(o, "error"), "too many"), "%s", str(o, "error"));
 	json_decref(o);
 	json_decref(b);
+	/* A field the endpoint does not know (a typo) is refused, not
+	 * ignored: "replica": 3 loaded one copy. */
+	cr_assert_eq(api("POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"replica\": 3}", &o),
+	             400);
+	cr_assert(strstr(str(o, "error"), "unknown field \"replica\""), "%s", str(o, "error"));
+	json_decref(o);
 	/* Still taken: a count as digits, a bandwidth with its suffix. */
 	cr_assert_eq(api("POST", "/api/v1/jobs", NULL,
 	                 "{\"path\": \"/m\", \"replicas\": \"1\", \"bandwidth\": \"10M\", "
