@@ -682,10 +682,13 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 	                 "path", path);
 	return 200;
 }
-/* Whether word is one of the space-separated words of words. */
+/* Whether word is one of the space-separated words of words (a word with
+ * a space in it is none: "path uri" is two). */
 static bool word_in(const char *words, const char *word)
 {
 	size_t wl = strlen(word);
+	if (strchr(word, ' '))
+		return false;
 	for (const char *p = words; wl && (p = strstr(p, word)); p++)
 		if ((p == words || p[-1] == ' ') && (p[wl] == ' ' || !p[wl]))
 			return true;

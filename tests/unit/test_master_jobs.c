@@ -2152,6 +2152,9 @@ Test(jobs, api_inputs_taken_for_something_else_are_refused)
 	             400);
 	cr_assert(strstr(str(o, "error"), "unknown field \"replica\""), "%s", str(o, "error"));
 	json_decref(o);
+	cr_assert_eq(
+	    api("POST", "/api/v1/jobs", NULL, "{\"path\": \"/m\", \"path replicas\": 3}", &o), 400);
+	json_decref(o);
 	/* Still taken: a count as digits, a bandwidth with its suffix. */
 	cr_assert_eq(api("POST", "/api/v1/jobs", NULL,
 	                 "{\"path\": \"/m\", \"replicas\": \"1\", \"bandwidth\": \"10M\", "
