@@ -404,8 +404,8 @@ static void dispatch_routes(cis_http_server *s, cis_http_req *r)
  * none of its parameters (a recursive sync done as a plain one); a value
  * with a nul byte (only the escape %00 makes one) would be cut short
  * where a handler reads it as a C string ("path=/m1%00garbage" naming
- * /m1); and of a parameter given twice,
- * which one counts would be a guess. */
+ * /m1); and of a parameter given twice, which one counts would be a
+ * guess. */
 static bool parse_query(cis_http_req *r)
 {
 	const char *why = NULL;
