@@ -154,13 +154,19 @@ void fcl_meta_free(fcl_meta *m);
 /* A name in a directory: the cache, else one request to the source however
  * many threads ask for the same name at once. 0, -ENOENT, or the source's
  * code (em says why). */
-int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em);
-int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em);
-/* Seconds the cached entry of (parent, name), or the cached attributes of
- * ino, have left (-1: none cached). An answer taken from the cache is the
- * kernel's for no longer than that: given the whole timeout again, it
- * would outlive the client's own bound on how stale it may be. */
-double fcl_meta_entry_left(fcl_meta *m, uint64_t parent, const char *name);
+/* Seconds the cached entry (the name) and attributes an answer came from
+ * had left, each -1 for a fresh answer from the source. An answer taken
+ * from the cache is the kernel's for no longer than that: given the whole
+ * timeout again, it would outlive the client's own bound on how stale it
+ * may be. */
+typedef struct fcl_left {
+	double entry, attr;
+} fcl_left;
+/* left: NULL, or filled on every return (a negative lookup's entry too). */
+int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, fcl_left *left,
+                    cis_errmsg *em);
+int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, fcl_left *left, cis_errmsg *em);
+/* Seconds the cached attributes of ino have left (-1: none cached). */
 double fcl_meta_attr_left(fcl_meta *m, uint64_t ino);
 /* A ticket, taken as an answer that will be put arrives: an answer never
  * replaces one put with a later ticket (a thread may put its answer after

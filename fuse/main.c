@@ -97,14 +97,15 @@ static double kernel_ttl(double timeout, double left)
 	return left >= 0 && left < timeout ? left : timeout;
 }
 
-static void fill_entry(const fcl *c, const fcl_attr *a, struct fuse_entry_param *e)
+/* left: what the cached name and attributes had left (fcl_left). */
+static void fill_entry(const fcl *c, const fcl_attr *a, fcl_left left, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = to_fuse(c, a->ino);
 	e->generation = 1;
 	fill_stat(c, a, &e->attr);
-	e->attr_timeout = kernel_ttl(c->opts->attr_timeout, fcl_meta_attr_left(c->meta, a->ino));
-	e->entry_timeout = c->opts->entry_timeout;
+	e->attr_timeout = kernel_ttl(c->opts->attr_timeout, left.attr);
+	e->entry_timeout = kernel_ttl(c->opts->entry_timeout, left.entry);
 }
 
 static void log_err(const char *op, uint64_t ino, int rc, const cis_errmsg *em)
@@ -155,13 +156,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fcl *c = req_fcl(req);
 	fcl_attr a;
 	cis_errmsg em = {{0}};
-	int rc = fcl_meta_lookup(c->meta, to_master(c, parent), name, &a, &em);
-	double left = fcl_meta_entry_left(c->meta, to_master(c, parent), name);
+	fcl_left left;
+	int rc = fcl_meta_lookup(c->meta, to_master(c, parent), name, &a, &left, &em);
 	struct fuse_entry_param e;
 	if (rc == -ENOENT) {
 		/* A negative entry the kernel may keep for negative_timeout. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = kernel_ttl(c->opts->negative_timeout, left);
+		e.entry_timeout = kernel_ttl(c->opts->negative_timeout, left.entry);
 		fuse_reply_entry(req, &e);
 		return;
 	}
@@ -170,8 +171,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, kernel_err(rc));
 		return;
 	}
-	fill_entry(c, &a, &e);
-	e.entry_timeout = kernel_ttl(e.entry_timeout, left);
+	fill_entry(c, &a, left, &e);
 	if (fcl_inodes_ref(c->inodes, a.ino)) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -209,7 +209,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fcl *c = req_fcl(req);
 	fcl_attr a;
 	cis_errmsg em = {{0}};
-	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
+	fcl_left left;
+	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &left, &em);
 	if (rc) {
 		log_err("getattr", ino, rc, &em);
 		fuse_reply_err(req, node_err(ino, rc));
@@ -217,8 +218,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	struct stat st;
 	fill_stat(c, &a, &st);
-	fuse_reply_attr(req, &st,
-	                kernel_ttl(c->opts->attr_timeout, fcl_meta_attr_left(c->meta, a.ino)));
+	fuse_reply_attr(req, &st, kernel_ttl(c->opts->attr_timeout, left.attr));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -271,7 +271,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	}
 	fcl_attr a;
 	cis_errmsg em = {{0}};
-	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, &em);
+	int rc = fcl_meta_getattr(c->meta, to_master(c, ino), &a, NULL, &em);
 	if (rc) {
 		log_err("access", ino, rc, &em);
 		fuse_reply_err(req, node_err(ino, rc));
@@ -441,12 +441,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_entry_param ep;
 			fcl_attr a = e->a;
 			int newer = fcl_meta_newer_attr(c->meta, e->a.ino, e->ticket, &a);
-			fill_entry(c, &a, &ep);
-			/* As old as the listing: a reader that takes its pages
-			 * slowly must not get the name for a whole timeout past
-			 * it. */
+			/* The name as old as the listing: a reader that takes
+			 * its pages slowly must not get it for a whole timeout
+			 * past it. */
 			double age = (double)(cis_mono_ns() - d->loaded_ns) / 1e9;
-			ep.entry_timeout = ep.entry_timeout > age ? ep.entry_timeout - age : 0;
+			double entry_left =
+			    c->opts->entry_timeout > age ? c->opts->entry_timeout - age : 0;
+			fill_entry(c, &a,
+			           (fcl_left){entry_left, fcl_meta_attr_left(c->meta, a.ino)}, &ep);
 			if (newer < 0)
 				ep.attr_timeout = 0; /* forgotten: the kernel asks again */
 			sz = fuse_add_direntry_plus(req, buf + used, size - used, e->name, &ep,

@@ -133,9 +133,14 @@ static size_t attr_key(unsigned char *k, uint64_t ino)
 /* An expired entry stays until a newer answer or the LRU replaces it:
  * removing it here could remove one put meanwhile (a forget's tombstone
  * among them, which keeps older answers out). */
-static bool cache_get(fcl_lru *l, const unsigned char *k, size_t klen, cached *c)
+/* A live entry of l at k into *c, and the seconds it has left. */
+static bool cache_get(fcl_lru *l, const unsigned char *k, size_t klen, cached *c, double *left)
 {
-	return fcl_lru_get(l, k, klen, c) && c->expires_ns > cis_mono_ns();
+	uint64_t now = cis_mono_ns();
+	if (!fcl_lru_get(l, k, klen, c) || c->expires_ns <= now)
+		return false;
+	*left = (double)(c->expires_ns - now) / 1e9;
+	return true;
 }
 
 uint64_t fcl_meta_ticket(fcl_meta *m)
@@ -357,14 +362,19 @@ static int fetch_shared(fcl_meta *m, const unsigned char *k, size_t klen, uint64
 	return rc;
 }
 
-int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, cis_errmsg *em)
+int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *out, fcl_left *left,
+                    cis_errmsg *em)
 {
+	fcl_left fresh = {-1, -1}, *l = left ? left : &fresh;
+	*l = fresh;
 	if (strlen(name) > 255)
 		return cis_fail(em, -ENAMETOOLONG, "lookup: name over 255 bytes");
 	unsigned char k[KEY_MAX];
 	size_t klen = entry_key(k, parent, name);
 	cached c;
-	if (cache_get(m->entries, k, klen, &c)) {
+	double entry_left;
+	if (cache_get(m->entries, k, klen, &c, &entry_left)) {
+		l->entry = entry_left;
 		if (c.negative)
 			return -ENOENT;
 		/* The name gives the inode; its attributes come from the
@@ -372,47 +382,38 @@ int fcl_meta_lookup(fcl_meta *m, uint64_t parent, const char *name, fcl_attr *ou
 		 * getattr) updated, or from the master: the name's own copy
 		 * may be older, and a kernel given the old size of a grown
 		 * file cuts its reads there. */
-		int rc = fcl_meta_getattr(m, c.attr.ino, out, em);
+		int rc = fcl_meta_getattr(m, c.attr.ino, out, l, em);
+		l->entry = entry_left; /* getattr reset it */
 		if (rc != -ENOENT)
 			return rc;
 		/* That inode is gone (the name is another object now, of
 		 * another type): ask for the name, whose answer replaces the
 		 * entry (removing it here could remove a newer one). */
 	}
+	*l = fresh;
 	return fetch_shared(m, k, klen, parent, name, 0, out, em);
-}
-
-/* Seconds a live entry of l at k has left, or -1 with none. */
-static double left_of(fcl_lru *l, const unsigned char *k, size_t klen)
-{
-	cached c;
-	uint64_t now = cis_mono_ns();
-	if (!fcl_lru_get(l, k, klen, &c) || c.expires_ns <= now)
-		return -1;
-	return (double)(c.expires_ns - now) / 1e9;
-}
-
-double fcl_meta_entry_left(fcl_meta *m, uint64_t parent, const char *name)
-{
-	unsigned char k[KEY_MAX];
-	if (strlen(name) > 255)
-		return -1;
-	return left_of(m->entries, k, entry_key(k, parent, name));
 }
 
 double fcl_meta_attr_left(fcl_meta *m, uint64_t ino)
 {
 	unsigned char k[KEY_MAX];
-	return left_of(m->attrs, k, attr_key(k, ino));
+	cached c;
+	double left;
+	return cache_get(m->attrs, k, attr_key(k, ino), &c, &left) ? left : -1;
 }
 
-int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, cis_errmsg *em)
+int fcl_meta_getattr(fcl_meta *m, uint64_t ino, fcl_attr *out, fcl_left *left, cis_errmsg *em)
 {
 	unsigned char k[KEY_MAX];
 	size_t klen = attr_key(k, ino);
 	cached c;
-	if (cache_get(m->attrs, k, klen, &c) && !c.negative) { /* negative: forgotten */
+	double attr_left;
+	if (left)
+		*left = (fcl_left){-1, -1};
+	if (cache_get(m->attrs, k, klen, &c, &attr_left) && !c.negative) { /* negative: forgotten */
 		*out = c.attr;
+		if (left)
+			left->attr = attr_left;
 		return 0;
 	}
 	return fetch_shared(m, k, klen, 0, NULL, ino, out, em);

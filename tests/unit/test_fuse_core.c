@@ -217,21 +217,31 @@ Test(fuse_meta, cached_answers_say_their_time_left)
 	fake_src f = {0};
 	fcl_meta *m = new_meta(&f, 1000);
 	fcl_attr a;
-	cr_assert_eq(fcl_meta_entry_left(m, 1, "abc"), -1, "nothing cached yet");
-	cr_assert_eq(fcl_meta_attr_left(m, 1003), -1);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
-	double e0 = fcl_meta_entry_left(m, 1, "abc"), a0 = fcl_meta_attr_left(m, 1003);
-	cr_assert(e0 > 0.9 && e0 <= 1.0, "entry left %f", e0);
+	fcl_left l;
+	cr_assert_eq(fcl_meta_attr_left(m, 1003), -1, "nothing cached yet");
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, &l, NULL), 0);
+	cr_assert(l.entry == -1 && l.attr == -1, "a fresh answer: %f %f", l.entry, l.attr);
+	double a0 = fcl_meta_attr_left(m, 1003);
 	cr_assert(a0 > 0.9 && a0 <= 1.0, "attributes left %f", a0);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
-	double n0 = fcl_meta_entry_left(m, 1, "missing");
-	cr_assert(n0 > 0.9 && n0 <= 1.0, "negative entry left %f", n0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, &l, NULL), -ENOENT);
+	cr_assert_eq(l.entry, -1, "a fresh negative answer");
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, &l, NULL), -ENOENT);
+	cr_assert(l.entry > 0.9 && l.entry <= 1.0, "negative entry left %f", l.entry);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, &l, NULL), 0); /* from the cache */
+	cr_assert(l.entry > 0.9 && l.entry <= 1.0, "entry left %f", l.entry);
+	cr_assert(l.attr > 0.9 && l.attr <= 1.0, "attributes left %f", l.attr);
 	usleep(600 * 1000);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0); /* from the cache */
-	double e1 = fcl_meta_entry_left(m, 1, "abc");
-	cr_assert(e1 > 0 && e1 < 0.5, "entry left after 0.6 s: %f", e1);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, &l, NULL), 0); /* from the cache */
+	cr_assert(l.entry > 0 && l.entry < 0.5, "entry left after 0.6 s: %f", l.entry);
+	cr_assert(l.attr > 0 && l.attr < 0.5, "attributes left after 0.6 s: %f", l.attr);
+	cr_assert_eq(fcl_meta_getattr(m, 1003, &a, &l, NULL), 0);
+	cr_assert(l.attr > 0 && l.attr < 0.5, "getattr: attributes left %f", l.attr);
+	cr_assert_eq(atomic_load(&f.lookups), 2, "answered from the cache");
 	usleep(500 * 1000);
-	cr_assert_eq(fcl_meta_entry_left(m, 1, "abc"), -1, "expired");
+	cr_assert_eq(fcl_meta_attr_left(m, 1003), -1, "expired");
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, &l, NULL), 0);
+	cr_assert(l.entry == -1 && l.attr == -1, "expired: asked again");
+	cr_assert_eq(atomic_load(&f.lookups), 3);
 	fcl_meta_free(m);
 }
 
@@ -240,19 +250,19 @@ Test(fuse_meta, caches_positive_and_negative)
 	fake_src f = {0};
 	fcl_meta *m = new_meta(&f, 60000);
 	fcl_attr a;
-	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL, NULL), 0);
 	cr_assert_eq(a.ino, 1003);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "abc", &a, NULL, NULL), 0);
 	cr_assert_eq(atomic_load(&f.lookups), 1);
 	/* The lookup also filled the attribute cache. */
-	cr_assert_eq(fcl_meta_getattr(m, 1003, &a, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 1003, &a, NULL, NULL), 0);
 	cr_assert_eq(a.size, 123);
 	cr_assert_eq(atomic_load(&f.getattrs), 0);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL), -ENOENT);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL, NULL), -ENOENT);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "missing", &a, NULL, NULL), -ENOENT);
 	cr_assert_eq(atomic_load(&f.lookups), 2);
 	/* Same name, other directory: its own entry. */
-	cr_assert_eq(fcl_meta_lookup(m, 2, "abc", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 2, "abc", &a, NULL, NULL), 0);
 	cr_assert_eq(a.ino, 2003);
 	cr_assert_eq(atomic_load(&f.lookups), 3);
 	fcl_meta_free(m);
@@ -263,25 +273,25 @@ Test(fuse_meta, expiry_and_errors_not_cached)
 	fake_src f = {0};
 	fcl_meta *m = new_meta(&f, 30);
 	fcl_attr a;
-	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL, NULL), 0);
 	usleep(60 * 1000);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL, NULL), 0);
 	cr_assert_eq(atomic_load(&f.lookups), 2);
 	f.fail = -CIS_E_STORE;
 	cis_errmsg em = {{0}};
-	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, &em), -CIS_E_STORE);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, NULL, &em), -CIS_E_STORE);
 	cr_assert_str_eq(em.text, "master: injected failure");
 	f.fail = 0;
 	/* A failure is not remembered: the next ask goes to the source. */
-	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "y", &a, NULL, NULL), 0);
 	cr_assert_eq(atomic_load(&f.lookups), 4);
 	fcl_meta_free(m);
 
 	/* Timeouts of 0 turn the caches off. */
 	fake_src g = {0};
 	m = new_meta(&g, 0);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
-	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL, NULL), 0);
+	cr_assert_eq(fcl_meta_lookup(m, 1, "x", &a, NULL, NULL), 0);
 	cr_assert_eq(atomic_load(&g.lookups), 2);
 	fcl_meta_free(m);
 }
@@ -295,7 +305,7 @@ typedef struct racer {
 static void *race_lookup(void *arg)
 {
 	racer *r = arg;
-	r->rc = fcl_meta_lookup(r->m, 5, "same-name", &r->a, NULL);
+	r->rc = fcl_meta_lookup(r->m, 5, "same-name", &r->a, NULL, NULL);
 	return NULL;
 }
 
@@ -381,7 +391,7 @@ Test(fuse_open_cache, hit_copies_and_expires_with_attrs)
 	free(got.key);
 	/* The open also filled the attribute cache. */
 	fcl_attr b;
-	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL, NULL), 0);
 	cr_assert_eq(b.vhash, 77);
 	cr_assert_eq(atomic_load(&f.getattrs), 0);
 	/* Past the attribute timeout the entry is gone, like the attributes. */
@@ -488,7 +498,7 @@ Test(fuse_open_cache, an_older_answer_does_not_replace_a_newer)
 	cr_assert_str_eq(got.version, "v2");
 	free(got.key);
 	fcl_attr b;
-	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 9, &b, NULL, NULL), 0);
 	cr_assert_eq(b.size, 600);
 	/* A later answer does. */
 	v1.answered = 6;
@@ -508,7 +518,7 @@ struct getattr_call {
 static void *getattr_thread(void *arg)
 {
 	struct getattr_call *g = arg;
-	g->rc = fcl_meta_getattr(g->m, 7, &g->a, NULL);
+	g->rc = fcl_meta_getattr(g->m, 7, &g->a, NULL, NULL);
 	return NULL;
 }
 
@@ -532,7 +542,7 @@ Test(fuse_meta, the_answer_that_arrives_last_wins)
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(g.rc, 0);
 	fcl_attr b;
-	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL, NULL), 0);
 	cr_assert_eq(b.size, 70, "the answer that arrived last is cached");
 	cr_assert_eq(atomic_load(&f.getattrs), 1);
 	fcl_meta_free(m);
@@ -553,7 +563,7 @@ Test(fuse_meta, an_answer_put_late_replaces_nothing_newer)
 	fcl_meta_put_open(m, &grown, &oi);
 	fcl_meta_put_attr(m, &old, older);
 	fcl_attr b;
-	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL, NULL), 0);
 	cr_assert_eq(b.size, 99, "the older answer replaced the newer attributes");
 	fcl_open_info got;
 	cr_assert_eq(fcl_meta_get_open(m, 7, &got), 0, "the older answer dropped the open entry");
@@ -569,7 +579,7 @@ Test(fuse_meta, an_answer_put_late_replaces_nothing_newer)
 	older = fcl_meta_ticket(m);
 	fcl_meta_forget_attr(m, 7);
 	fcl_meta_put_attr(m, &old, older);
-	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL), 0);
+	cr_assert_eq(fcl_meta_getattr(m, 7, &b, NULL, NULL), 0);
 	cr_assert_eq(atomic_load(&f.getattrs), 1, "the forgotten inode is asked for again");
 	cr_assert_eq(b.size, 70, "the source's answer, not the one put late");
 	fcl_meta_free(m);
@@ -610,7 +620,8 @@ Test(fuse_meta, an_expired_entry_keeps_its_ticket)
 	usleep(3000);
 	unsigned char k[KEY_MAX];
 	cached c;
-	cr_assert_not(cache_get(m->attrs, k, attr_key(k, 7), &c));
+	double left;
+	cr_assert_not(cache_get(m->attrs, k, attr_key(k, 7), &c, &left));
 	cr_assert_eq(fcl_meta_newer_attr(m, 7, older, &b), -1, "the tombstone went with the read");
 	fcl_meta_free(m);
 }
