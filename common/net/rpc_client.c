@@ -178,6 +178,19 @@ static int write_all(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
+/* Wait for events on fd until until_ms (monotonic), a signal not ending
+ * the wait: 1 when they came, 0 at the deadline, or -errno. */
+static int poll_until(int fd, short events, uint64_t until_ms)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	int n;
+	do {
+		uint64_t now = cis_mono_ms();
+		n = poll(&p, 1, now < until_ms ? (int)(until_ms - now) : 0);
+	} while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n > 0;
+}
+
 /* Read exactly n bytes; on Unix sockets, collect passed fds into c->rfds.
  * until_ms (monotonic), when not 0, bounds the whole read: a peer that
  * sends a byte now and then would otherwise hold it for as long as it
@@ -189,16 +202,10 @@ static int read_all(cis_rpc_client *c, int fd, void *buf, size_t n, uint64_t unt
 
 	while (n > 0) {
 		if (until_ms) {
-			uint64_t now = cis_mono_ms();
-			struct pollfd pf = {.fd = fd, .events = POLLIN};
-			int k = now < until_ms ? poll(&pf, 1, (int)(until_ms - now)) : 0;
+			int k = poll_until(fd, POLLIN, until_ms);
 
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0)
-				return -errno;
-			if (k == 0)
-				return -ETIMEDOUT;
+			if (k <= 0)
+				return k < 0 ? k : -ETIMEDOUT;
 		}
 		char cbuf[CMSG_SPACE(sizeof(int) * 8)];
 		struct iovec iov = {p, n};
@@ -511,7 +518,6 @@ static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
 		                gai_strerror(r));
 	r = -EHOSTUNREACH;
 	for (a = ai; a; a = a->ai_next) {
-		struct pollfd p;
 		int err = 0;
 		socklen_t el = sizeof(err);
 
@@ -525,14 +531,8 @@ static int connect_socket(cis_rpc_client *c, int *out, cis_errmsg *em)
 				r = -errno;
 				goto next;
 			}
-			p = (struct pollfd){.fd = fd, .events = POLLOUT};
-			uint64_t until = cis_mono_ms() + (uint64_t)c->connect_ms;
-			int n;
-			do { /* a signal is not the peer's answer: wait on for the rest */
-				uint64_t now = cis_mono_ms();
-				n = poll(&p, 1, now < until ? (int)(until - now) : 0);
-			} while (n < 0 && errno == EINTR);
-			if (n <= 0) {
+			/* a signal is not the peer's answer: wait on for the rest */
+			if (poll_until(fd, POLLOUT, cis_mono_ms() + (uint64_t)c->connect_ms) <= 0) {
 				r = -ETIMEDOUT;
 				goto next;
 			}
