@@ -8,8 +8,6 @@
 
 #include "cli.h"
 
-#define TTL_MAX_S (100ll * 366 * 86400) /* the master's bound (MST_TTL_MAX_S) */
-
 static const cis_opt setrep_opts[] = {
     {"recursive", NULL, NULL, "also drop targets set below PATH, so all of it follows", false, 'R'},
     {"json", NULL, NULL, "print JSON", false, 0},
@@ -138,10 +136,10 @@ int cli_cmd_ttl(cli_ctx *c, int argc, char **argv)
 		goto out_cfg;
 	const char *v = cis_config_pos(cfg, 1);
 	bool off = !strcmp(v, "off");
-	if (!off && cli_parse_num(v, 1, TTL_MAX_S, &n)) {
+	if (!off && cli_parse_num(v, 1, CIS_TTL_MAX_S, &n)) {
 		fprintf(stderr,
 		        "cistern: ttl: %s: want SECONDS (digits, 1 to %lld: 100 years) or off\n", v,
-		        (long long)TTL_MAX_S);
+		        (long long)CIS_TTL_MAX_S);
 		rc = CLI_E_USAGE;
 		goto out_path;
 	}

@@ -619,7 +619,7 @@ static int api_policy_post(mst_master *m, json_t *body, json_t **out)
 		    !strcmp(json_string_value(jt), "off"))
 			ttl = 0;
 		else if (json_is_integer(jt) && json_integer_value(jt) > 0 &&
-		         json_integer_value(jt) <= MST_TTL_MAX_S)
+		         json_integer_value(jt) <= CIS_TTL_MAX_S)
 			ttl = json_integer_value(jt);
 		else
 			return fail_msg(out, 400,

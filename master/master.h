@@ -286,7 +286,6 @@ uint64_t mst_workers_lost_ms(mst_workers *w);
 
 /* policy.c: per-path policies (replication target, pin, TTL), inherited by
  * descendants: for each field the nearest ancestor that sets it wins. */
-#define MST_TTL_MAX_S (100ll * 366 * 86400) /* a TTL in ns still fits an int64 */
 typedef struct mst_policy {
 	uint32_t replicas;    /* 0: not set (no replication management) */
 	int pin;              /* -1 not set, 0 unpinned, 1 pinned */

@@ -80,8 +80,9 @@ int cis_parse_duration_ms(const char *s, uint64_t *out);
 #define CIS_SYNC_MAX_MS (100ll * 366 * 86400 * 1000)
 /* Bounds the master refuses past; the CLI checks them first, to name its
  * flag. */
-#define CIS_REPLICAS_MAX 64  /* copies of a block a policy or a load asks for */
-#define CIS_PARALLEL_MAX 256 /* batches a load job keeps in flight */
+#define CIS_REPLICAS_MAX 64                    /* copies of a block a policy or a load asks for */
+#define CIS_PARALLEL_MAX 256                   /* batches a load job keeps in flight */
+#define CIS_TTL_MAX_S    (100ll * 366 * 86400) /* a TTL: in ns it still fits an int64 */
 /* "1.5 GiB" style, for people. */
 void cis_fmt_size(uint64_t bytes, char *out, size_t outlen);
 /* "host:port" into parts; host may be "[v6]". 0 or -EINVAL. */
