@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "cistern/config.h"
 #include "cistern/json_text.h"
@@ -41,7 +42,7 @@
 
 #define LOAD_BATCH         64
 #define LOAD_ATTEMPTS      5
-#define JOBS_KEPT_FINISHED 64 /* finished jobs kept in memory */
+#define JOBS_KEPT_FINISHED 64 /* finished jobs kept in memory (at most js->kept) */
 /* Batches in flight per job unless the request says: enough to keep every
  * worker's fetch threads busy through the tail of a batch (a 2 GiB load
  * into 3 workers: 4 batches 0.40 of the store's limit, 16 batches
@@ -155,6 +156,7 @@ struct mst_jobs {
 	struct job *list;
 	bool background;
 	bool stopping; /* mst_jobs_stop: jobs commit nothing more */
+	uint64_t kept; /* finished job records kept besides those a TTL needs */
 	/* The finished loads not expired: read from the records at open, then
 	 * added by job_main. Guarded by ended_lock, taken with no other lock
 	 * held, so a recount of their due times holds up no job. */
@@ -1358,6 +1360,128 @@ static int ended_read(struct mst_jobs *js)
 	return err;
 }
 
+/* ---- retention of finished jobs' records ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The ids of the finished loads whose records the TTL expiry may still
+ * need, sorted, into *out (their count returned, or -ENOMEM): every ended
+ * load but one that a newer load of the same path which finished done
+ * takes over (at the older one's due time the newer one covers it, and its
+ * expiry frees nothing: the same with no record). */
+static ssize_t ttl_needed(struct mst_jobs *js, uint64_t **out)
+{
+	pthread_mutex_lock(&js->ended_lock);
+	uint64_t *ids = malloc((js->nended ? js->nended : 1) * sizeof(*ids));
+	size_t n = 0;
+	for (size_t i = 0; ids && i < js->nended; i++) {
+		const struct ended *e = &js->ended[i];
+		bool taken_over = false;
+		for (size_t k = 0; k < js->nended && !taken_over; k++)
+			taken_over = js->ended[k].id > e->id && js->ended[k].state == JOB_DONE &&
+			             !strcmp(js->ended[k].path, e->path);
+		if (!taken_over)
+			ids[n++] = e->id;
+	}
+	pthread_mutex_unlock(&js->ended_lock);
+	if (!ids)
+		return -ENOMEM;
+	qsort(ids, n, sizeof(*ids), cmp_u64);
+	*out = ids;
+	return (ssize_t)n;
+}
+
+/* Whether a job record says running. job_record writes the state third,
+ * after the id and the type, so it is in the first bytes of a record that
+ * may hold a thousand failures; one written otherwise is parsed whole. */
+static bool record_running(const MDB_val *v)
+{
+	static const char key[] = "\"state\":\"", running[] = "running\"";
+	const char *s = v->mv_data;
+	const char *p = memmem(s, v->mv_size < 128 ? v->mv_size : 128, key, sizeof(key) - 1);
+	if (p) {
+		p += sizeof(key) - 1;
+		return (size_t)(s + v->mv_size - p) >= sizeof(running) - 1 &&
+		       !memcmp(p, running, sizeof(running) - 1);
+	}
+	json_t *o = json_loadb(s, v->mv_size, 0, NULL);
+	const char *st = json_string_value(json_object_get(o, "state"));
+	bool r = !st || !strcmp(st, "running"); /* unreadable: kept */
+	json_decref(o);
+	return r;
+}
+
+/* Delete the records of finished jobs past the newest js->kept, oldest
+ * first: `cistern jobs` and GET /api/v1/jobs read every record, and a
+ * master that runs a load an hour would otherwise list them all for good.
+ * Running jobs' records stay (they resume), and so do those of loads the
+ * TTL expiry needs (ttl_needed), which the count leaves out. */
+static void prune_records(struct mst_jobs *js)
+{
+	uint64_t *need = NULL, *gone = NULL;
+	size_t ngone = 0, cap = 0, finished = 0;
+	ssize_t nneed = ttl_needed(js, &need);
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int err = nneed < 0 ? (int)nneed : mst_txn_begin(js->m, false, &txn);
+	if (err)
+		goto out;
+	if (mdb_cursor_open(txn, js->m->dbi_jobs, &cur) == 0) {
+		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0 && err == 0;
+		     rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+			uint64_t id;
+			if (k.mv_size != 8)
+				continue;
+			memcpy(&id, k.mv_data, 8);
+			id = be64toh(id);
+			if (bsearch(&id, need, (size_t)nneed, sizeof(id), cmp_u64))
+				continue;
+			if (record_running(&v) || ++finished <= js->kept)
+				continue;
+			if (ngone == cap) {
+				size_t c = cap ? 2 * cap : 64;
+				uint64_t *g = realloc(gone, c * sizeof(*g));
+				if (!g)
+					break; /* the rest next time */
+				gone = g;
+				cap = c;
+			}
+			gone[ngone++] = id;
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	if (!ngone)
+		goto out;
+	err = mst_txn_begin(js->m, true, &txn);
+	if (err)
+		goto out;
+	for (size_t i = 0; i < ngone && !err; i++) {
+		uint64_t kbe = htobe64(gone[i]);
+		MDB_val key = {8, &kbe};
+		int rc = mdb_del(txn, js->m->dbi_jobs, &key, NULL);
+		err = rc && rc != MDB_NOTFOUND ? mst_lmdb_err(rc) : 0;
+	}
+	if (err)
+		mdb_txn_abort(txn);
+	else
+		err = mst_txn_commit(txn);
+out:
+	if (err)
+		cis_warn("finished jobs' records not deleted: tried again when the next job ends",
+		         "err=\"%s\"", cis_strerror(err));
+	else if (ngone)
+		cis_info("finished jobs' records deleted", "records=%zu kept=%llu", ngone,
+		         (unsigned long long)js->kept);
+	free(need);
+	free(gone);
+}
+
 static void *job_main(void *arg)
 {
 	struct job *j = arg;
@@ -1392,18 +1516,20 @@ static void *job_main(void *arg)
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
+	prune_records(j->js);
 	return NULL;
 }
 
 /* ---- public ---- */
 
-int mst_jobs_new(mst_master *m, bool background, mst_jobs **out)
+int mst_jobs_new(mst_master *m, bool background, uint64_t kept, mst_jobs **out)
 {
 	struct mst_jobs *js = calloc(1, sizeof(*js));
 	if (!js)
 		return -ENOMEM;
 	js->m = m;
 	js->background = background;
+	js->kept = kept ? kept : 1;
 	pthread_mutex_init(&js->lock, NULL);
 	pthread_mutex_init(&js->ended_lock, NULL);
 	pthread_mutex_lock(&js->ended_lock);
@@ -1412,6 +1538,8 @@ int mst_jobs_new(mst_master *m, bool background, mst_jobs **out)
 	if (err)
 		cis_warn("finished loads not read: their TTLs wait for the next start", "%s",
 		         cis_strerror(err));
+	else
+		prune_records(js);
 	*out = js;
 	return 0;
 }
@@ -1494,7 +1622,7 @@ static void reap_finished(struct mst_jobs *js)
 	size_t kept = 0;
 	for (struct job **pp = &js->list; *pp;) {
 		struct job *j = *pp;
-		if (j->state == JOB_RUNNING || ++kept <= JOBS_KEPT_FINISHED) {
+		if (j->state == JOB_RUNNING || (++kept <= JOBS_KEPT_FINISHED && kept <= js->kept)) {
 			pp = &j->next;
 			continue;
 		}

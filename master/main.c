@@ -34,6 +34,8 @@ static const cis_opt opts[] = {
      false, 0},
     {"list-max-entries", "N", "10000000",
      "entries one directory's listing may hold (it is held whole while merged)", false, 0},
+    {"jobs-kept", "N", "1000",
+     "finished jobs' records kept, the newest (besides loads whose TTL is to run)", false, 0},
     {"log-level", "LEVEL", "info", "debug, info, warn or error", false, 0},
     CIS_OPT_END,
 };
@@ -78,7 +80,7 @@ int main(int argc, char **argv)
 {
 	cis_config *cfg;
 	cis_errmsg em = {{0}};
-	int64_t rpc_port, http_port, io_threads, rpc_threads, list_ahead, list_max;
+	int64_t rpc_port, http_port, io_threads, rpc_threads, list_ahead, list_max, jobs_kept;
 	uint64_t map_size, hb_ms, lost_ms, repl_ms;
 	enum cis_log_level lvl;
 	/* Once, before any thread: the API's report asks workers over libcurl. */
@@ -108,7 +110,8 @@ int main(int argc, char **argv)
 	    cis_config_duration_ms(cfg, "worker-timeout", &lost_ms, &em) ||
 	    cis_config_duration_ms(cfg, "repl-interval", &repl_ms, &em) ||
 	    cis_config_int(cfg, "list-ahead", 0, 64, &list_ahead, &em) ||
-	    cis_config_int(cfg, "list-max-entries", 1000, 1000000000, &list_max, &em))
+	    cis_config_int(cfg, "list-max-entries", 1000, 1000000000, &list_max, &em) ||
+	    cis_config_int(cfg, "jobs-kept", 1, 1000000000, &jobs_kept, &em))
 		cis_die("%s", em.text);
 	if (cis_config_npos(cfg))
 		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));
@@ -145,6 +148,7 @@ int main(int argc, char **argv)
 	    .repl_interval_ms = repl_ms,
 	    .list_ahead = (int)list_ahead,
 	    .list_max = (uint64_t)list_max,
+	    .jobs_kept = (uint64_t)jobs_kept,
 	};
 	rc = mst_open(&mo, &m, &em);
 	if (rc)

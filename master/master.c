@@ -55,7 +55,8 @@ int mst_open(const mst_open_opts *o, mst_master **out, cis_errmsg *em)
 	}
 	err = mst_wconns_new(m, &m->wconns);
 	if (!err)
-		err = mst_jobs_new(m, !o->no_background, &m->jobs);
+		err = mst_jobs_new(m, !o->no_background,
+		                   o->jobs_kept ? o->jobs_kept : MST_JOBS_KEPT, &m->jobs);
 	if (!err && !o->no_background)
 		err = mst_repl_start(m, o->repl_interval_ms, &m->repl);
 	if (!err && !o->no_background)

@@ -133,12 +133,16 @@ typedef struct mst_open_opts {
 	bool no_background;        /* tests: no job threads, no replication manager */
 	int list_ahead;            /* threads listing new subdirectories ahead; 0: none */
 	uint64_t list_max;         /* 0: MST_LIST_MAX; entries one directory's listing may hold */
+	uint64_t jobs_kept;        /* 0: MST_JOBS_KEPT; finished job records kept (jobs.c) */
 } mst_open_opts;
 
 /* A directory's listing is held whole while it is merged (a few hundred
  * bytes an entry): past this many entries it is refused, which also ends a store
  * that pages on and on with fresh continuation tokens. */
 #define MST_LIST_MAX 10000000u
+/* Finished job records kept by default: the newest this many, besides
+ * those of loads whose TTL is still to run. */
+#define MST_JOBS_KEPT 1000u
 /* Pages in a row that bring no entry: a store paging on and on. */
 #define MST_LIST_MAX_EMPTY_PAGES 10000u
 
@@ -368,7 +372,10 @@ typedef struct mst_job_req {
 	bool pin_checked; /* pin: the caller ran mst_pin_check (policy_lock held since) */
 	bool keep_pinned; /* free: not the blocks of files the pin settings pin */
 } mst_job_req;
-int mst_jobs_new(mst_master *m, bool background, mst_jobs **out);
+/* Records of finished jobs past the newest `kept` (at least 1) are
+ * deleted as jobs finish and at open, oldest first, except those of loads
+ * whose TTL is still to run. */
+int mst_jobs_new(mst_master *m, bool background, uint64_t kept, mst_jobs **out);
 /* Resume the jobs LMDB says were running (call once the RPC server runs,
  * before the API takes new jobs). */
 int mst_jobs_resume(mst_master *m);

@@ -23,6 +23,7 @@
 static char tmp[256], store[300], data[300];
 static cis_metrics *metrics;
 static mst_master *m;
+static uint64_t jobs_kept; /* the masters opened keep this many finished records (0: default) */
 
 static void put_file(const char *dir, const char *name, const char *content)
 {
@@ -44,6 +45,7 @@ static void open_master_lost_after(uint64_t lost_ms)
 	                   .heartbeat_ms = 100,
 	                   .lost_timeout_ms = lost_ms,
 	                   .metrics = metrics,
+	                   .jobs_kept = jobs_kept,
 	                   .no_background = true};
 	int rc = mst_open(&o, &m, &em);
 	cr_assert_eq(rc, 0, "mst_open: %s", em.text);
@@ -1156,6 +1158,64 @@ Test(jobs, finished_jobs_leave_memory_not_the_records)
 	cr_assert_eq(api("POST", "/api/v1/job/cancel", NULL, body, &o), 400);
 	cr_assert(strstr(str(o, "error") ?: "", "is already done"), "%s", str(o, "error"));
 	json_decref(o);
+}
+
+/* The ids of the job records, oldest first, into ids[] (at most 16); their count. */
+static size_t record_ids(uint64_t *ids)
+{
+	json_t *all = mst_jobs_json(m);
+	size_t n = json_array_size(all);
+	cr_assert_leq(n, 16);
+	for (size_t i = 0; i < n; i++)
+		ids[i] =
+		    (uint64_t)json_integer_value(json_object_get(json_array_get(all, i), "id"));
+	json_decref(all);
+	return n;
+}
+
+/* Finished jobs' records past the newest `jobs_kept` are deleted, oldest
+ * first, as jobs finish and at open; a load whose TTL is still to run keeps
+ * its record (it is left out of the count), across a restart too, unless a
+ * newer load of its path that finished done takes it over. */
+Test(jobs, finished_job_records_past_the_kept_are_deleted)
+{
+	cis_errmsg em = {{0}};
+	uint64_t ids[16], old_load, new_load, frees[5], started;
+	mst_close(m);
+	jobs_kept = 3;
+	open_master();
+	cr_assert_eq(mst_policy_update(m, "/m/sub", -1, -1, 10, false, &em), 0, "%s", em.text);
+	mst_job_req load = {.type = "load", .path = "/m/sub", .metadata_only = true};
+	mst_job_req fr = {.type = "free", .path = "/m"};
+	old_load = submit_and_run(&load);
+	for (int i = 0; i < 5; i++)
+		frees[i] = submit_and_run(&fr);
+	cr_assert_eq(record_ids(ids), 4, "the load and the newest 3 frees");
+	cr_assert_eq(ids[0], old_load);
+	cr_assert_eq(ids[1], frees[2]);
+	cr_assert_eq(ids[3], frees[4]);
+	json_t *j = mst_job_json(m, frees[0], 0);
+	cr_assert_null(j, "the oldest free's record is gone");
+	/* A running job's record is kept whatever its age. */
+	uint64_t running;
+	cr_assert_eq(mst_job_submit(m, &fr, &running, &em), 0, "%s", em.text);
+	new_load = submit_and_run(&load); /* done: takes the older load over */
+	cr_assert_eq(record_ids(ids), 5, "the older load went, past the newest 3 frees");
+	cr_assert_eq(ids[0], frees[2]);
+	cr_assert_eq(ids[3], running);
+	cr_assert_eq(ids[4], new_load);
+	/* At open, with fewer kept: the running job and the load stay. */
+	mst_close(m);
+	jobs_kept = 1;
+	open_master();
+	cr_assert_eq(record_ids(ids), 3);
+	cr_assert_eq(ids[0], frees[4]);
+	cr_assert_eq(ids[1], running);
+	cr_assert_eq(ids[2], new_load);
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
+	cr_assert_eq(started, 1, "the kept load still expires after the restart");
+	assert_last_job_frees("path", "/m/sub");
+	jobs_kept = 0;
 }
 
 /* A worker that takes requests and never answers. */
