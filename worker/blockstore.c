@@ -521,7 +521,8 @@ void wrk_bs_dir_error(wrk_bs *bs, int dir, int err, const char *what)
 		bs_dir *d = &bs->dirs[dir];
 
 		set_capacity(d, d->used - d->reserved);
-		d->writable = d->capacity > 0 && d->nstuck == 0;
+		/* never turns on a dir another error turned off */
+		d->writable = d->writable && d->capacity > 0 && d->nstuck == 0;
 	} else {
 		/* The dir stays readable: cached blocks keep being served. */
 		bs->dirs[dir].writable = false;
@@ -586,17 +587,21 @@ void wrk_bs_probe_dirs(wrk_bs *bs)
 		bool ok, was;
 		struct statvfs vfs;
 
-		/* A dir shrunk by ENOSPC grows back as the file system frees. */
+		/* A dir shrunk by ENOSPC grows back as the file system frees:
+		 * to its blocks plus the free space. Reservations not written
+		 * yet are still in the free space, so they are taken out of
+		 * used here, as the shrink takes them out. */
 		if (statvfs(bs->dirs[i].path, &vfs) == 0) {
 			uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 
 			pthread_mutex_lock(&bs->mu);
-			if (bs->dirs[i].capacity < bs->dirs[i].cfg_capacity &&
-			    bs->dirs[i].used + avail > bs->dirs[i].capacity) {
-				set_capacity(&bs->dirs[i], bs->dirs[i].used + avail);
-				if (bs->dirs[i].capacity > 0 && !bs->dirs[i].writable)
-					bs->dirs[i].writable =
-					    probe_writable(bs->dirs[i].path) && remove_stuck(bs, i);
+			bs_dir *d = &bs->dirs[i];
+			uint64_t fits = d->used - d->reserved + avail;
+			if (d->capacity < d->cfg_capacity && fits > d->capacity) {
+				set_capacity(d, fits);
+				if (d->capacity > 0 && !d->writable)
+					d->writable =
+					    probe_writable(d->path) && remove_stuck(bs, i);
 			}
 			pthread_mutex_unlock(&bs->mu);
 		}
@@ -934,9 +939,16 @@ int wrk_bs_commit(wrk_bs *bs, int dir, cis_block_id id, uint64_t len, uint64_t s
 	 * neither can take the other's file. */
 	pthread_mutex_lock(&bs->mu);
 	bs->dirs[dir].reserved -= len;
-	if (do_find(bs, id)) {
+	wrk_block *had = do_find(bs, id);
+	if (had) {
 		/* Raced with another copy (replicate and read at once): keep the
-		 * indexed one, give back this space. */
+		 * indexed one, pinned if this one was to be, and give back this
+		 * space. */
+		if ((do_take_pin(bs, id) || pin) && !had->pinned) {
+			had->pinned = true;
+			bs->dirs[had->dir].pinned += had->len;
+			idx_put(bs, had);
+		}
 		bs->dirs[dir].used -= len;
 		pthread_mutex_unlock(&bs->mu);
 		unlink(tmp_path);

@@ -664,3 +664,57 @@ Test(worker_blockstore, a_freed_or_unpinned_block_is_not_pinned_again)
 	cr_assert_not(pinned(bs, 3), "a block freed while away came back pinned");
 	wrk_bs_close(bs);
 }
+
+/* A block committed again (a read and a replica at once) keeps the copy
+ * indexed, pinned when the second was to be pinned. */
+Test(worker_blockstore, a_second_copy_asked_pinned_pins_the_first)
+{
+	wrk_bs *bs = open_bs(10000);
+	Cis__DirUsage u = CIS__DIR_USAGE__INIT;
+
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	cr_assert_eq(put(bs, 1, 100, true), 0);
+	cr_assert(pinned(bs, 1), "the pin of the second copy was lost");
+	wrk_bs_dir_usage(bs, 0, &u);
+	cr_assert_eq(u.pinned_bytes, 100);
+	cr_assert_eq(u.used, 100, "the second copy's space was not given back");
+	wrk_bs_close(bs);
+}
+
+/* A dir turned off by an I/O error stays off when a fill there then finds
+ * the disk full: the ENOSPC shrink only ever turns writing off. */
+Test(worker_blockstore, enospc_does_not_turn_on_a_dir_an_error_turned_off)
+{
+	wrk_bs *bs = open_bs(10000);
+
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	wrk_bs_dir_error(bs, 0, -EIO, "test");
+	cr_assert_not(bs->dirs[0].writable);
+	wrk_bs_dir_error(bs, 0, -ENOSPC, "test");
+	cr_assert_not(bs->dirs[0].writable, "ENOSPC turned a failed dir back on");
+	wrk_bs_close(bs);
+}
+
+/* After an ENOSPC shrink the probe grows the dir back to its blocks plus
+ * the file system's free space, which still holds the reservations not
+ * written yet: counting them in used too would promise that space twice. */
+Test(worker_blockstore, the_probe_counts_unwritten_reservations_once)
+{
+	wrk_bs *bs = open_bs(1ull << 50);
+	struct statvfs vfs;
+	int dir;
+
+	cr_assert_eq(put(bs, 1, 100, false), 0);
+	cr_assert_eq(wrk_bs_reserve(bs, 1ull << 30, &dir), 0);
+	wrk_bs_dir_error(bs, 0, -ENOSPC, "test");
+	cr_assert_eq(bs->dirs[0].capacity, 100, "shrunk to the blocks written");
+	wrk_bs_probe_dirs(bs);
+	cr_assert_eq(statvfs(cdir, &vfs), 0);
+	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	cr_assert_lt(bs->dirs[0].capacity, 100 + avail + (256u << 20),
+	             "capacity %llu, free space %llu: the reservation counted twice",
+	             (unsigned long long)bs->dirs[0].capacity, (unsigned long long)avail);
+	cr_assert_gt(bs->dirs[0].capacity, 100, "grown back");
+	wrk_bs_unreserve(bs, dir, 1ull << 30);
+	wrk_bs_close(bs);
+}
