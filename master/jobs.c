@@ -42,7 +42,7 @@
 
 #define LOAD_BATCH         64
 #define LOAD_ATTEMPTS      5
-#define JOBS_KEPT_FINISHED 64 /* finished jobs kept in memory (at most js->kept) */
+#define JOBS_KEPT_FINISHED 64 /* finished jobs kept in memory */
 /* Batches in flight per job unless the request says: enough to keep every
  * worker's fetch threads busy through the tail of a batch (a 2 GiB load
  * into 3 workers: 4 batches 0.40 of the store's limit, 16 batches
@@ -155,8 +155,9 @@ struct mst_jobs {
 	pthread_mutex_t lock; /* guards every job's fields */
 	struct job *list;
 	bool background;
-	bool stopping; /* mst_jobs_stop: jobs commit nothing more */
-	uint64_t kept; /* finished job records kept besides those a TTL needs */
+	bool stopping;         /* mst_jobs_stop: jobs commit nothing more */
+	uint64_t kept;         /* finished job records kept besides those a TTL needs */
+	atomic_bool prune_due; /* a job finished since the last prune_records */
 	/* The finished loads not expired: read from the records at open, then
 	 * added by job_main. Guarded by ended_lock, taken with no other lock
 	 * held, so a recount of their due times holds up no job. */
@@ -1368,28 +1369,83 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The ids of the finished loads whose records the TTL expiry may still
- * need, sorted, into *out (their count returned, or -ENOMEM): every ended
- * load but one that a newer load of the same path which finished done
- * takes over (at the older one's due time the newer one covers it, and its
- * expiry frees nothing: the same with no record). */
-static ssize_t ttl_needed(struct mst_jobs *js, uint64_t **out)
+/* By path, and the newest first within a path. */
+static int cmp_path_newest(const void *a, const void *b)
 {
+	const struct ended *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+	return c ? c : x->id < y->id ? 1 : x->id > y->id ? -1 : 0;
+}
+
+/* Append id to *v; false when out of memory. */
+static bool ids_push(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		uint64_t *nv = realloc(*v, c * sizeof(*nv));
+		if (!nv)
+			return false;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[(*n)++] = id;
+	return true;
+}
+
+/* Work the finished loads' due times out again if a policy changed since.
+ * Caller holds ended_lock. */
+static void do_refresh_due(struct mst_jobs *js)
+{
+	uint64_t gen = atomic_load(&js->m->policy_gen); /* before the policies are read */
+	if (gen != js->ended_gen)
+		for (size_t i = 0; i < js->nended; i++)
+			js->ended[i].due_ns =
+			    due_at(js->m, js->ended[i].path, js->ended[i].finished_ns);
+	js->ended_gen = gen;
+}
+
+/* The ids whose records stay whatever their age, sorted, into *out (their
+ * count, or -ENOMEM): the jobs running in memory (one cancelled and still
+ * winding down already says so in its record), and the finished loads
+ * whose TTL is still to run, except one that a newer load of the same
+ * path which finished done takes over: at the older one's due time the
+ * newer one covers it and its expiry frees nothing, which needs no record.
+ * A load with no TTL keeps its record while it is among the newest. */
+static ssize_t ids_kept_anyway(struct mst_jobs *js, uint64_t **out)
+{
+	uint64_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	bool ok = ids_push(&ids, &n, &cap, 0); /* never an id: *out is never NULL */
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j && ok; j = j->next)
+		if (j->state == JOB_RUNNING)
+			ok = ids_push(&ids, &n, &cap, j->id);
+	pthread_mutex_unlock(&js->lock);
 	pthread_mutex_lock(&js->ended_lock);
-	uint64_t *ids = malloc((js->nended ? js->nended : 1) * sizeof(*ids));
-	size_t n = 0;
-	for (size_t i = 0; ids && i < js->nended; i++) {
-		const struct ended *e = &js->ended[i];
-		bool taken_over = false;
-		for (size_t k = 0; k < js->nended && !taken_over; k++)
-			taken_over = js->ended[k].id > e->id && js->ended[k].state == JOB_DONE &&
-			             !strcmp(js->ended[k].path, e->path);
-		if (!taken_over)
-			ids[n++] = e->id;
+	do_refresh_due(js);
+	size_t ne = js->nended;
+	struct ended *by_path = ok && ne ? malloc(ne * sizeof(*by_path)) : NULL;
+	ok = ok && (!ne || by_path);
+	if (ok && ne) {
+		memcpy(by_path, js->ended, ne * sizeof(*by_path));
+		qsort(by_path, ne, sizeof(*by_path), cmp_path_newest);
+		const char *done_path = NULL; /* the path of the newest done load seen */
+		for (size_t i = 0; i < ne && ok; i++) {
+			const struct ended *e = &by_path[i];
+			if (done_path && !strcmp(done_path, e->path))
+				continue; /* taken over */
+			if (e->due_ns != INT64_MAX)
+				ok = ids_push(&ids, &n, &cap, e->id);
+			if (e->state == JOB_DONE)
+				done_path = e->path;
+		}
 	}
 	pthread_mutex_unlock(&js->ended_lock);
-	if (!ids)
+	free(by_path);
+	if (!ok) {
+		free(ids);
 		return -ENOMEM;
+	}
 	qsort(ids, n, sizeof(*ids), cmp_u64);
 	*out = ids;
 	return (ssize_t)n;
@@ -1418,40 +1474,42 @@ static bool record_running(const MDB_val *v)
 /* Delete the records of finished jobs past the newest js->kept, oldest
  * first: `cistern jobs` and GET /api/v1/jobs read every record, and a
  * master that runs a load an hour would otherwise list them all for good.
- * Running jobs' records stay (they resume), and so do those of loads the
- * TTL expiry needs (ttl_needed), which the count leaves out. */
+ * The records ids_kept_anyway names stay and are left out of the count.
+ * Run at open and by the TTL tick after a job finished (prune_due), not by
+ * the job's thread: a submit joins finished jobs' threads holding locks. */
 static void prune_records(struct mst_jobs *js)
 {
-	uint64_t *need = NULL, *gone = NULL;
+	uint64_t *keep = NULL, *gone = NULL;
 	size_t ngone = 0, cap = 0, finished = 0;
-	ssize_t nneed = ttl_needed(js, &need);
+	ssize_t nkeep = 0;
 	MDB_txn *txn;
 	MDB_cursor *cur;
 	MDB_val k, v;
-	int err = nneed < 0 ? (int)nneed : mst_txn_begin(js->m, false, &txn);
+	/* The snapshot first: a load's thread adds it to the ended list
+	 * before it saves its record as finished, so every finished load
+	 * this snapshot holds is in the list read next. */
+	int err = mst_txn_begin(js->m, false, &txn);
 	if (err)
 		goto out;
+	nkeep = ids_kept_anyway(js, &keep);
+	if (nkeep < 0) {
+		err = (int)nkeep;
+		mdb_txn_abort(txn);
+		goto out;
+	}
 	if (mdb_cursor_open(txn, js->m->dbi_jobs, &cur) == 0) {
-		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0 && err == 0;
+		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0;
 		     rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
 			uint64_t id;
 			if (k.mv_size != 8)
 				continue;
 			memcpy(&id, k.mv_data, 8);
 			id = be64toh(id);
-			if (bsearch(&id, need, (size_t)nneed, sizeof(id), cmp_u64))
+			if (bsearch(&id, keep, (size_t)nkeep, sizeof(id), cmp_u64) ||
+			    record_running(&v) || ++finished <= js->kept)
 				continue;
-			if (record_running(&v) || ++finished <= js->kept)
-				continue;
-			if (ngone == cap) {
-				size_t c = cap ? 2 * cap : 64;
-				uint64_t *g = realloc(gone, c * sizeof(*g));
-				if (!g)
-					break; /* the rest next time */
-				gone = g;
-				cap = c;
-			}
-			gone[ngone++] = id;
+			if (!ids_push(&gone, &ngone, &cap, id))
+				break; /* the rest next time */
 		}
 		mdb_cursor_close(cur);
 	}
@@ -1478,7 +1536,7 @@ out:
 	else if (ngone)
 		cis_info("finished jobs' records deleted", "records=%zu kept=%llu", ngone,
 		         (unsigned long long)js->kept);
-	free(need);
+	free(keep);
 	free(gone);
 }
 
@@ -1516,7 +1574,7 @@ static void *job_main(void *arg)
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
-	prune_records(j->js);
+	atomic_store(&j->js->prune_due, true);
 	return NULL;
 }
 
@@ -1529,7 +1587,8 @@ int mst_jobs_new(mst_master *m, bool background, uint64_t kept, mst_jobs **out)
 		return -ENOMEM;
 	js->m = m;
 	js->background = background;
-	js->kept = kept ? kept : 1;
+	/* as many as stay in memory at least: a job there has its record */
+	js->kept = kept > JOBS_KEPT_FINISHED ? kept : JOBS_KEPT_FINISHED;
 	pthread_mutex_init(&js->lock, NULL);
 	pthread_mutex_init(&js->ended_lock, NULL);
 	pthread_mutex_lock(&js->ended_lock);
@@ -1622,7 +1681,7 @@ static void reap_finished(struct mst_jobs *js)
 	size_t kept = 0;
 	for (struct job **pp = &js->list; *pp;) {
 		struct job *j = *pp;
-		if (j->state == JOB_RUNNING || (++kept <= JOBS_KEPT_FINISHED && kept <= js->kept)) {
+		if (j->state == JOB_RUNNING || ++kept <= JOBS_KEPT_FINISHED) {
 			pp = &j->next;
 			continue;
 		}
@@ -2184,13 +2243,10 @@ int mst_jobs_expire(mst_master *m, int64_t now_ns, uint64_t *started)
 	size_t ndue = 0, duecap = 0, nall = 0, allcap = 0;
 	bool ok = true;
 	*started = 0;
+	if (atomic_exchange(&js->prune_due, false))
+		prune_records(js);
 	pthread_mutex_lock(&js->ended_lock);
-	uint64_t gen = atomic_load(&m->policy_gen); /* before the policies are read */
-	if (gen != js->ended_gen)
-		for (size_t i = 0; i < js->nended; i++)
-			js->ended[i].due_ns =
-			    due_at(m, js->ended[i].path, js->ended[i].finished_ns);
-	js->ended_gen = gen;
+	do_refresh_due(js);
 	for (size_t i = 0; i < js->nended && ok; i++)
 		if (js->ended[i].due_ns <= now_ns)
 			ok = loads_push(&due, &ndue, &duecap, js->ended[i]);

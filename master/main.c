@@ -111,7 +111,7 @@ int main(int argc, char **argv)
 	    cis_config_duration_ms(cfg, "repl-interval", &repl_ms, &em) ||
 	    cis_config_int(cfg, "list-ahead", 0, 64, &list_ahead, &em) ||
 	    cis_config_int(cfg, "list-max-entries", 1000, 1000000000, &list_max, &em) ||
-	    cis_config_int(cfg, "jobs-kept", 1, 1000000000, &jobs_kept, &em))
+	    cis_config_int(cfg, "jobs-kept", 64, 1000000000, &jobs_kept, &em))
 		cis_die("%s", em.text);
 	if (cis_config_npos(cfg))
 		cis_die("unexpected argument '%s'", cis_config_pos(cfg, 0));

@@ -372,9 +372,10 @@ typedef struct mst_job_req {
 	bool pin_checked; /* pin: the caller ran mst_pin_check (policy_lock held since) */
 	bool keep_pinned; /* free: not the blocks of files the pin settings pin */
 } mst_job_req;
-/* Records of finished jobs past the newest `kept` (at least 1) are
- * deleted as jobs finish and at open, oldest first, except those of loads
- * whose TTL is still to run. */
+/* Records of finished jobs past the newest `kept` (64 at least: the
+ * finished jobs kept in memory) are deleted oldest first, at open and
+ * after jobs finish, except those of running jobs and of loads whose TTL
+ * is still to run. */
 int mst_jobs_new(mst_master *m, bool background, uint64_t kept, mst_jobs **out);
 /* Resume the jobs LMDB says were running (call once the RPC server runs,
  * before the API takes new jobs). */

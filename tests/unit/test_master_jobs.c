@@ -1160,12 +1160,13 @@ Test(jobs, finished_jobs_leave_memory_not_the_records)
 	json_decref(o);
 }
 
-/* The ids of the job records, oldest first, into ids[] (at most 16); their count. */
+/* The ids of the job records, oldest first, into ids[] (at most 128);
+ * their count. */
 static size_t record_ids(uint64_t *ids)
 {
 	json_t *all = mst_jobs_json(m);
 	size_t n = json_array_size(all);
-	cr_assert_leq(n, 16);
+	cr_assert_leq(n, 128);
 	for (size_t i = 0; i < n; i++)
 		ids[i] =
 		    (uint64_t)json_integer_value(json_object_get(json_array_get(all, i), "id"));
@@ -1173,49 +1174,61 @@ static size_t record_ids(uint64_t *ids)
 	return n;
 }
 
-/* Finished jobs' records past the newest `jobs_kept` are deleted, oldest
- * first, as jobs finish and at open; a load whose TTL is still to run keeps
- * its record (it is left out of the count), across a restart too, unless a
- * newer load of its path that finished done takes it over. */
+/* Records of finished jobs past the newest `jobs_kept` are deleted, oldest
+ * first, at open and by the TTL tick after a job ends (with no TTL due, it
+ * deletes and expires nothing else). A load whose TTL is still to run
+ * keeps its record, left out of the count, across a restart too, unless a
+ * newer load of its path that finished done takes it over; a load with no
+ * TTL is counted like any job; a running job keeps its record. */
+static void tick(void)
+{
+	uint64_t started;
+	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns(), &started), 0);
+	cr_assert_eq(started, 0);
+}
+
 Test(jobs, finished_job_records_past_the_kept_are_deleted)
 {
 	cis_errmsg em = {{0}};
-	uint64_t ids[16], old_load, new_load, frees[5], started;
+	uint64_t ids[128], frees[66], no_ttl, old_load, new_load, running, started;
 	mst_close(m);
-	jobs_kept = 3;
+	jobs_kept = 200;
 	open_master();
 	cr_assert_eq(mst_policy_update(m, "/m/sub", -1, -1, 10, false, &em), 0, "%s", em.text);
-	mst_job_req load = {.type = "load", .path = "/m/sub", .metadata_only = true};
+	mst_job_req all = {.type = "load", .path = "/m", .metadata_only = true};
+	mst_job_req sub = {.type = "load", .path = "/m/sub", .metadata_only = true};
 	mst_job_req fr = {.type = "free", .path = "/m"};
-	old_load = submit_and_run(&load);
-	for (int i = 0; i < 5; i++)
+	no_ttl = submit_and_run(&all);
+	old_load = submit_and_run(&sub);
+	for (int i = 0; i < 66; i++)
 		frees[i] = submit_and_run(&fr);
-	cr_assert_eq(record_ids(ids), 4, "the load and the newest 3 frees");
+	tick();
+	cr_assert_eq(record_ids(ids), 68, "200 kept: none deleted");
+	/* At open, keeping 64: the load with no TTL and the two oldest frees go. */
+	mst_close(m);
+	jobs_kept = 64;
+	open_master();
+	cr_assert_eq(record_ids(ids), 65);
 	cr_assert_eq(ids[0], old_load);
 	cr_assert_eq(ids[1], frees[2]);
-	cr_assert_eq(ids[3], frees[4]);
-	json_t *j = mst_job_json(m, frees[0], 0);
-	cr_assert_null(j, "the oldest free's record is gone");
-	/* A running job's record is kept whatever its age. */
-	uint64_t running;
+	cr_assert_null(mst_job_json(m, no_ttl, 0));
+	cr_assert_null(mst_job_json(m, frees[1], 0));
+	/* A newer done load of the path takes the older one over; a running
+	 * job stays. */
 	cr_assert_eq(mst_job_submit(m, &fr, &running, &em), 0, "%s", em.text);
-	new_load = submit_and_run(&load); /* done: takes the older load over */
-	cr_assert_eq(record_ids(ids), 5, "the older load went, past the newest 3 frees");
-	cr_assert_eq(ids[0], frees[2]);
-	cr_assert_eq(ids[3], running);
-	cr_assert_eq(ids[4], new_load);
-	/* At open, with fewer kept: the running job and the load stay. */
+	new_load = submit_and_run(&sub);
+	tick();
+	cr_assert_eq(record_ids(ids), 66);
+	cr_assert_eq(ids[0], frees[2], "the older load's record went");
+	cr_assert_eq(ids[64], running);
+	cr_assert_eq(ids[65], new_load);
+	/* The newer load's TTL still runs after a restart. */
 	mst_close(m);
-	jobs_kept = 1;
 	open_master();
-	cr_assert_eq(record_ids(ids), 3);
-	cr_assert_eq(ids[0], frees[4]);
-	cr_assert_eq(ids[1], running);
-	cr_assert_eq(ids[2], new_load);
+	cr_assert_eq(record_ids(ids), 66);
 	cr_assert_eq(mst_jobs_expire(m, cis_wall_ns() + 11000000000LL, &started), 0);
-	cr_assert_eq(started, 1, "the kept load still expires after the restart");
+	cr_assert_eq(started, 1, "the kept load expires after the restart");
 	assert_last_job_frees("path", "/m/sub");
-	jobs_kept = 0;
 }
 
 /* A worker that takes requests and never answers. */
