@@ -76,6 +76,8 @@ static const cis_opt local_opts[] = {
      true, 0},
     {"foreground", NULL, NULL, "stay in the foreground; Ctrl-C unmounts and stops", false, 'f'},
     {"stop", NULL, NULL, "stop the stack serving MOUNTPOINT", false, 0},
+    {"allow-non-empty", NULL, NULL, "mount over a MOUNTPOINT that holds files (hiding them)", false,
+     0},
     {"timeout", "SECONDS", "30", "how long each daemon may take to become ready", false, 0},
     {"bin-dir", "DIR", NULL, "where cistern-master, -worker and -fuse are (default: found)", false,
      0},
@@ -281,11 +283,16 @@ static bool mounted(const char *mnt, char *fstype, size_t fslen)
 	return found;
 }
 
+/* cistern-fuse's mounts are of this type (its subtype=cistern): a
+ * stop or a start unmounts only those, never another FUSE file system
+ * (sshfs, rclone, ntfs-3g) mounted there. */
+#define CISTERN_FSTYPE "fuse.cistern"
+
 static bool mounted_fuse(const char *mnt)
 {
 	char fs[64] = "";
 
-	return mounted(mnt, fs, sizeof(fs)) && strncmp(fs, "fuse", 4) == 0;
+	return mounted(mnt, fs, sizeof(fs)) && strcmp(fs, CISTERN_FSTYPE) == 0;
 }
 
 /* Run a helper (fusermount3) quietly and wait for it. Its exit status, or -1. */
@@ -903,6 +910,21 @@ out_req:
 	return rc;
 }
 
+/* Whether dir holds nothing (or cannot be listed: the mount says why). */
+static bool dir_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool empty = true;
+
+	if (!d)
+		return true;
+	while (empty && (e = readdir(d)))
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	closedir(d);
+	return empty;
+}
+
 /* Whether process pid has /dev/fuse open. A FUSE daemon holds it from its
  * mount on; one that refuses to mount (the mount point is already one)
  * never opens it. */
@@ -990,7 +1012,7 @@ static int start_master(local_stack *s, cis_errmsg *em)
 static int start_worker(local_stack *s, cis_errmsg *em)
 {
 	char wstate[PATH_MAX], sock[PATH_MAX], wrpc[8], whttp[8], master_addr[32];
-	char *wargv[16 + 2 * LOCAL_MAX_CACHE_DIRS];
+	char *wargv[20 + 2 * LOCAL_MAX_CACHE_DIRS];
 	int wn = 0, rc;
 
 	path_join(wstate, sizeof(wstate), s->state, "worker"); /* checked by stack_start */
@@ -1010,6 +1032,11 @@ static int start_worker(local_stack *s, cis_errmsg *em)
 	wargv[wn++] = wrpc;
 	wargv[wn++] = (char *)"--http-port";
 	wargv[wn++] = whttp;
+	/* One machine: nothing off it reads the blocks or the metrics. */
+	wargv[wn++] = (char *)"--bind";
+	wargv[wn++] = (char *)"127.0.0.1";
+	wargv[wn++] = (char *)"--host";
+	wargv[wn++] = (char *)"127.0.0.1";
 	for (size_t i = 0; i < s->ncache; i++) {
 		wargv[wn++] = (char *)"--cache-dir";
 		wargv[wn++] = s->caches[i];
@@ -1026,7 +1053,7 @@ static int start_fuse(local_stack *s, cis_errmsg *em)
 	const char *const *fopts = NULL;
 	size_t nfopt = cis_config_multi(s->cfg, "fuse-option", &fopts);
 	char fhttp[8], master_addr[32];
-	char *fargv[8 + 2 * LOCAL_MAX_FUSE_OPTS];
+	char *fargv[10 + 2 * LOCAL_MAX_FUSE_OPTS];
 	int fn = 0, rc;
 
 	port_str(fhttp, sizeof(fhttp), s->f_http);
@@ -1038,6 +1065,8 @@ static int start_fuse(local_stack *s, cis_errmsg *em)
 	fargv[fn++] = (char *)"-f";
 	fargv[fn++] = (char *)"--http-port";
 	fargv[fn++] = fhttp;
+	fargv[fn++] = (char *)"--http-bind";
+	fargv[fn++] = (char *)"127.0.0.1";
 	for (size_t i = 0; i < nfopt && i < LOCAL_MAX_FUSE_OPTS; i++) {
 		fargv[fn++] = (char *)"-o";
 		fargv[fn++] = (char *)fopts[i];
@@ -1638,11 +1667,16 @@ static int local_check_flags(local_stack *s)
 		const char *colon = strrchr(caches[i], ':');
 		uint64_t size;
 
-		if (colon && (isdigit((unsigned char)colon[1]) || colon[1] == '-') &&
-		    cis_parse_size(colon + 1, &size) < 0)
+		if (!colon || !(isdigit((unsigned char)colon[1]) || colon[1] == '-'))
+			continue;
+		if (cis_parse_size(colon + 1, &size) < 0)
 			rc = cis_fail(&em, CLI_E_USAGE,
 			              "--cache-dir %s: '%s' is not a size (K/M/G/T)", caches[i],
 			              colon + 1);
+		else if (size == 0 || size > CIS_CACHE_DIR_MAX)
+			rc = cis_fail(&em, CLI_E_USAGE,
+			              "--cache-dir %s: want a size above 0, at most 1 EiB",
+			              caches[i]);
 	}
 	for (size_t i = 0; i < 3 && rc == 0; i++) {
 		int64_t p = 0;
@@ -1706,10 +1740,15 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, int 
 		    "stop it with cistern local --stop %s --state-dir %s",
 		    s->state, (int)read_pid(s->state), other, other, s->state);
 	}
+	/* Ours now: a local.pid left by a stack that was killed names a pid
+	 * that may be another process's by now, and a --stop would signal
+	 * it. This process forwards a stop to the supervisor it starts,
+	 * which writes its own pid when it runs. */
+	write_pid_file(s);
 	if ((rc = mountpoint_lock(s->mnt, mnt_lock_fd, em)) < 0)
 		return rc;
 	if (mounted(s->mnt, fs, sizeof(fs))) {
-		if (strncmp(fs, "fuse", 4) == 0 && mount_dead(s->mnt)) {
+		if (strcmp(fs, CISTERN_FSTYPE) == 0 && mount_dead(s->mnt)) {
 			/* Left by a stack that was killed: nobody serves it. */
 			unmount_fuse(s->mnt);
 		}
@@ -1730,6 +1769,11 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, int 
 		s->made_mnt = true;
 	} else if (!S_ISDIR(st.st_mode)) {
 		return cis_fail(em, -ENOTDIR, "%s: not a directory", s->mnt);
+	} else if (!cis_config_bool(s->cfg, "allow-non-empty") && !dir_empty(s->mnt)) {
+		return cis_fail(em, -ENOTEMPTY,
+		                "%s: not empty: the mount would hide its files (give "
+		                "--allow-non-empty to mount over them)",
+		                s->mnt);
 	}
 
 	if ((rc = find_daemon(bin_dir, "cistern-master", "master", s->master.bin,
@@ -1891,7 +1935,8 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 		sigaction(SIGHUP, &sa, NULL);
-		for (bool forwarded = false; n < sizeof(line) - 1;) {
+		bool forwarded = false;
+		while (n < sizeof(line) - 1) {
 			struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
 
 			if (stop_asked && !forwarded) {
@@ -1912,7 +1957,15 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		}
 		close(pipefd[0]);
 		line[n] = 0;
-		if (strncmp(line, "cistern local: ready:", 21) == 0) {
+		if (forwarded) {
+			/* Stopped as asked, whatever it had written by then (a
+			 * ready line too): the stack is going, not up. */
+			int st;
+
+			waitpid(pid, &st, 0);
+			fprintf(stderr, "cistern local: stopped before it was ready\n");
+			rc = -ECANCELED;
+		} else if (strncmp(line, "cistern local: ready:", 21) == 0) {
 			fputs(line, stdout);
 			/* A state dir of one's own must be named to --stop too. */
 			if (cis_config_str(s.cfg, "state-dir"))
@@ -1941,6 +1994,8 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 out_lock:
 	if (rc < 0 && s.made_mnt)
 		rmdir(s.mnt); /* made for a start that failed */
+	if (rc < 0 && lock_fd >= 0)
+		remove_state_files(&s); /* local.pid, written once the lock was ours */
 	if (lock_fd >= 0)
 		close(lock_fd);
 	if (mnt_lock_fd >= 0)

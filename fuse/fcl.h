@@ -39,6 +39,7 @@ typedef struct fcl_opts {
 	double entry_timeout;
 	double negative_timeout;
 	int http_port;             /* metrics; 0 turns the server off */
+	char *http_bind;           /* the address it listens on, 0.0.0.0 by default */
 	uint64_t readahead_budget; /* bytes of blocks asked ahead per handle */
 	uint64_t fd_cache;         /* short-circuit descriptors kept open */
 	uint64_t meta_cache;       /* entries in each metadata cache */

@@ -4,6 +4,7 @@
  * worker is on this host) with the store as the last resort. */
 #include "client.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1093,14 +1094,16 @@ static int check_mountpoint(const char *mnt, cis_errmsg *em)
 
 /* Whether the metrics port can be bound, checked before the daemon forks
  * so a clash is reported on the terminal. */
-static int check_port(int port, cis_errmsg *em)
+static int check_port(const char *addr, int port, cis_errmsg *em)
 {
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		return 0; /* IPv6: the server's own bind says */
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0;
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	int rc = 0;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
 		rc = cis_fail(em, -errno, "metrics port %d: %s (use --http-port)", port,
@@ -1233,7 +1236,7 @@ int main(int argc, char **argv)
 		if (log_fd < 0)
 			cis_die("log-file %s: %s", o.log_file, strerror(errno));
 	}
-	if (o.http_port && (rc = check_port(o.http_port, &em)))
+	if (o.http_port && (rc = check_port(o.http_bind, o.http_port, &em)))
 		cis_die("%s", cis_errmsg_or(&em, rc));
 	if ((rc = resolve_root(&c, &em)))
 		cis_die("%s", cis_errmsg_or(&em, rc));
@@ -1278,8 +1281,9 @@ int main(int argc, char **argv)
 		cis_warn("a stop will wait for the requests in flight", "err=\"%s\"",
 		         strerror(-rc));
 	if (o.http_port) {
-		cis_http_server_opts ho = {
-		    .bind_addr = "0.0.0.0", .port = (uint16_t)o.http_port, .metrics = c.stats.reg};
+		cis_http_server_opts ho = {.bind_addr = o.http_bind,
+		                           .port = (uint16_t)o.http_port,
+		                           .metrics = c.stats.reg};
 		if ((rc = cis_http_server_new(&ho, &http, &em)) ||
 		    (rc = cis_http_server_start(http))) {
 			cis_error("metrics server failed; serving without it", "err=\"%s\"",

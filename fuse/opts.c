@@ -7,6 +7,7 @@
  * rejects what it does not know. */
 #include "fcl.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ void fcl_opts_usage(FILE *out)
 	      "  --entry-timeout S       name cache seconds (default 60)\n"
 	      "  --negative-timeout S    cache of missing names, seconds (default 10)\n"
 	      "  --http-port N           metrics port, 0 for none (default 19621)\n"
+	      "  --http-bind ADDR        address the metrics port listens on (default 0.0.0.0)\n"
 	      "  --readahead SIZE        prefetch budget per open file (default 256M)\n"
 	      "  --fd-cache N            short-circuit descriptors kept open (default 131072)\n"
 	      "  --meta-cache N          entries per metadata cache (default 262144)\n"
@@ -121,6 +123,14 @@ static int set_key(fcl_opts *o, const char *name, const char *v, cis_errmsg *em)
 		if (rc == 0)
 			o->http_port = (int)n;
 		return rc;
+	}
+	if (strcmp(name, "http-bind") == 0) {
+		struct in_addr a4;
+		struct in6_addr a6;
+		if (inet_pton(AF_INET, v, &a4) != 1 && inet_pton(AF_INET6, v, &a6) != 1)
+			return cis_fail(em, -CIS_E_CONFIG,
+			                "http-bind: expected an IP address, got '%s'", v);
+		return set_str(&o->http_bind, v);
 	}
 	if (strcmp(name, "readahead") == 0) {
 		if (cis_parse_size(v, &o->readahead_budget))
@@ -318,6 +328,8 @@ int fcl_opts_parse(fcl_opts *o, int argc, char **argv, cis_errmsg *em)
 	}
 	if (!o->root)
 		rc = set_str(&o->root, "/");
+	if (!rc && !o->http_bind)
+		rc = set_str(&o->http_bind, "0.0.0.0");
 	if (!rc && !o->log_level)
 		rc = set_str(&o->log_level, "info");
 	if (!rc && fuse.len) {
@@ -334,6 +346,7 @@ void fcl_opts_free(fcl_opts *o)
 	free(o->mountpoint);
 	free(o->master);
 	free(o->root);
+	free(o->http_bind);
 	free(o->log_level);
 	free(o->log_file);
 	free(o->fuse_opts);

@@ -62,8 +62,6 @@ static int parse_frac(const cis_config *cfg, const char *name, double *out, cis_
 	return 0;
 }
 
-#define WRK_DIR_MAX_CAPACITY (1ull << 60)
-
 /* "PATH:SIZE", split at the last colon. */
 static int parse_dir(const char *arg, wrk_dir_cfg *d, char **path, cis_errmsg *em)
 {
@@ -75,8 +73,7 @@ static int parse_dir(const char *arg, wrk_dir_cfg *d, char **path, cis_errmsg *e
 	rc = cis_parse_size(colon + 1, &d->capacity);
 	if (rc < 0 || d->capacity == 0)
 		return cis_fail(em, -CIS_E_CONFIG, "--cache-dir %s: bad size", arg);
-	/* Room for the sums and watermark products of all the dirs. */
-	if (d->capacity > WRK_DIR_MAX_CAPACITY)
+	if (d->capacity > CIS_CACHE_DIR_MAX)
 		return cis_fail(em, -CIS_E_CONFIG, "--cache-dir %s: over 1 EiB", arg);
 	*path = strndup(arg, (size_t)(colon - arg));
 	if (!*path)

@@ -104,6 +104,13 @@ kill -0 "$master_pid" || fail "master pid $master_pid from local.json is not run
 compare_tree "$SRC" "file://"
 # The stack's master is a real one: the CLI sees the mount.
 assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "file://$SRC" "cistern mounts"
+# Every port of the stack listens on loopback only.
+for port in "$(jq -r .worker_rpc_port "$STATE/local.json")" \
+	"$(jq -r .worker_http_port "$STATE/local.json")" "$(jq -r .fuse_http_port "$STATE/local.json")" \
+	"${api##*:}"; do
+	listen=$(ss -Hltn "sport = :$port" | awk '{print $4}')
+	[ "$listen" = "127.0.0.1:$port" ] || fail "port $port of the stack listens on '$listen', not loopback"
+done
 
 out=$("$CISTERN" local "file://$SRC" "$MNT" --state-dir "$CIS_TMP/state-other" 2>&1) &&
 	fail "a second cistern local on a busy mount point succeeded: $out"
@@ -119,6 +126,25 @@ kill -0 "$master_pid" 2>/dev/null && fail "master still running after --stop"
 out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) &&
 	fail "--stop with nothing running succeeded: $out"
 assert_contains "$out" "no cistern local running" "--stop twice"
+
+# --stop leaves another FUSE file system alone; a start does not hide files.
+OTHERFS=$CIS_TMP/otherfs
+mkdir -p "$OTHERFS"
+"$CIS_BUILD/tests/longname_fs" "$OTHERFS" >"$CIS_TMP/otherfs.log" 2>&1 &
+cis_on_exit "fusermount3 -u -z '$OTHERFS' 2>/dev/null"
+wait_for 10 test -e "$OTHERFS/short.txt"
+out=$("$CISTERN" local --stop "$OTHERFS" --state-dir "$STATE" 2>&1) &&
+	fail "--stop of a FUSE mount not cistern's succeeded: $out"
+assert_contains "$out" "no cistern local running" "--stop of another FUSE mount"
+test -e "$OTHERFS/short.txt" || fail "--stop unmounted a FUSE file system not cistern's"
+fusermount3 -u "$OTHERFS" || fail "fusermount3 -u $OTHERFS"
+FULL=$CIS_TMP/full-mnt
+mkdir -p "$FULL"
+touch "$FULL/kept"
+out=$("$CISTERN" local "file://$SRC" "$FULL" --state-dir "$CIS_TMP/state-full" 2>&1) &&
+	fail "cistern local over a non-empty mount point succeeded: $out"
+assert_contains "$out" "not empty: the mount would hide its files" "a non-empty mount point"
+is_mounted "$FULL" && fail "a refused start left $FULL mounted"
 
 # Restart on the same state dir: the kept mount is reused, data still right.
 # --fuse-option reaches cistern-fuse as -o: it runs with those options.
@@ -425,6 +451,7 @@ bad_flags "credentials in the URI are not supported" "s3://AKIAKEY:Zq/9xW@bucket
 [[ "$out" == *AKIAKEY* || "$out" == *9xW* ]] && fail "credentials in the URI were echoed: $out"
 bad_flags "'-5G' is not a size" "file://$SRC" "$CIS_TMP/mnt-bad" --cache-dir "$CIS_TMP/c:-5G"
 [ ! -e "$CIS_TMP/c:-5G" ] || fail "a cache dir named after a bad size was made"
+bad_flags "want a size above 0" "file://$SRC" "$CIS_TMP/mnt-bad" --cache-dir "$CIS_TMP/c:0"
 bad_flags "--master-port: '70000'" "file://$SRC" "$CIS_TMP/mnt-bad" --master-port 70000
 bad_flags "--timeout: 'abc'" "file://$SRC" "$CIS_TMP/mnt-bad" --timeout abc
 bad_flags "-o needs KEY=VALUE" "file://$SRC" "$CIS_TMP/mnt-bad" -o secretvalue

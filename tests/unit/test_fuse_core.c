@@ -906,6 +906,27 @@ Test(fuse_opts, flags_form)
 	cr_assert(o.no_passthrough);
 	cr_assert_not(o.no_short_circuit);
 	cr_assert_eq(o.http_port, 19621);
+	cr_assert_str_eq(o.http_bind, "0.0.0.0");
+	fcl_opts_free(&o);
+}
+
+/* The metrics port's address: an IP literal, as a flag or in -o. */
+Test(fuse_opts, http_bind)
+{
+	fcl_opts o;
+	cis_errmsg em = {{0}};
+	const char *a1[] = {"cistern-fuse", "/m", "--master", "h:1", "--http-bind", "127.0.0.1"};
+	cr_assert_eq(parse(&o, &em, 6, a1), 0, "%s", em.text);
+	cr_assert_str_eq(o.http_bind, "127.0.0.1");
+	fcl_opts_free(&o);
+	const char *a2[] = {"cistern-fuse", "/m", "--master", "h:1", "-o", "http_bind=::1"};
+	cr_assert_eq(parse(&o, &em, 6, a2), 0, "%s", em.text);
+	cr_assert_str_eq(o.http_bind, "::1");
+	fcl_opts_free(&o);
+	const char *a3[] = {"cistern-fuse", "/m", "--master", "h:1", "--http-bind", "localhost"};
+	cr_assert_eq(parse(&o, &em, 6, a3), -CIS_E_CONFIG);
+	cr_assert(strstr(em.text, "http-bind: expected an IP address, got 'localhost'"), "%s",
+	          em.text);
 	fcl_opts_free(&o);
 }
 

@@ -83,6 +83,9 @@ int cis_parse_duration_ms(const char *s, uint64_t *out);
 #define CIS_REPLICAS_MAX 64                    /* copies of a block a policy or a load asks for */
 #define CIS_PARALLEL_MAX 256                   /* batches a load job keeps in flight */
 #define CIS_TTL_MAX_S    (100ll * 366 * 86400) /* a TTL: in ns it still fits an int64 */
+/* A cache dir's capacity: room for the sums and watermark products of all
+ * the dirs of a worker. */
+#define CIS_CACHE_DIR_MAX (1ull << 60)
 /* "1.5 GiB" style, for people. */
 void cis_fmt_size(uint64_t bytes, char *out, size_t outlen);
 /* "host:port" into parts; host may be "[v6]". 0 or -EINVAL. */
