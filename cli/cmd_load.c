@@ -87,10 +87,21 @@ static void show_progress(const json_t *j, double elapsed_s, bool tty)
 		for (int i = 0; i < 30; i++)
 			bar[i] = i < fill ? '#' : '.';
 		bar[30] = 0;
-		printf("\rjob %lld [%s] %lld/%lld%s files  %s fetched of %s  %s/s  ETA %s  failed "
-		       "%lld\033[K",
-		       cli_jint(j, "id"), bar, files, seen, listed ? "" : "+", bs, ts, rs, eta,
-		       failed);
+		/* Padded over what the last bar left: the terminal filter
+		 * (tty.c) would show an erase-line sequence as text. */
+		static int last_len;
+		char line[256];
+		int len = snprintf(line, sizeof(line),
+		                   "job %lld [%s] %lld/%lld%s files  %s fetched of %s  %s/s  ETA "
+		                   "%s  failed %lld",
+		                   cli_jint(j, "id"), bar, files, seen, listed ? "" : "+", bs, ts,
+		                   rs, eta, failed);
+		if (len < 0)
+			len = 0;
+		if (len >= (int)sizeof(line))
+			len = (int)sizeof(line) - 1;
+		printf("\r%s%*s", line, last_len > len ? last_len - len : 0, "");
+		last_len = len;
 	} else {
 		printf("job %lld: %lld/%lld%s files, %s fetched, %s/s, ETA %s, %lld failed\n",
 		       cli_jint(j, "id"), files, seen, listed ? "" : "+", bs, rs, eta, failed);

@@ -329,6 +329,13 @@ assert_contains "$(cat "$CIS_TMP/tty.out")" 'x\x1b]2;owned\x07\x1b[2Jy' "ls on a
 # A newline in a name would make it read as two entries.
 assert_contains "$(cat "$CIS_TMP/tty.out")" 'two\x0alines' "a name holding a newline, on a terminal"
 "$CLI" ls /data/esc | grep -q $'\033' || fail "ls through a pipe changed the name's bytes"
+# load's progress bar on a terminal goes through the same filter: it
+# clears what the last bar left with spaces, not an escape shown as text.
+script -qec "'$CLI' --api 127.0.0.1:$HTTP load /data/esc --metadata-only" /dev/null \
+	>"$CIS_TMP/tty-load.out" 2>&1 || true
+assert_contains "$(cat "$CIS_TMP/tty-load.out")" "] 2/2 files" "load's bar on a terminal"
+grep -qF 'x1b[K' "$CIS_TMP/tty-load.out" &&
+	fail "load's bar showed its erase-line sequence as text: $(head -c 300 "$CIS_TMP/tty-load.out")"
 
 kill "$MPID"
 wait "$MPID" 2>/dev/null || true
