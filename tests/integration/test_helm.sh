@@ -62,6 +62,14 @@ assert_contains "$out" "kind: ServiceMonitor" "serviceMonitor.enabled did not re
 # the kubelet let it grow past the worker's capacity unchecked.
 assert_contains "$out" "medium: Memory
             sizeLimit: 4Gi" "an emptyDir cache without a sizeLimit got none"
+# Every whole size the worker takes gives one (8gib: 8Gi), bytes too.
+render sizes --set-json 'worker.cacheDirs=[{"emptyDir":{},"size":"8gib"},{"emptyDir":{},"size":1000000}]'
+out=$(cat "$CIS_TMP/sizes.yaml")
+assert_contains "$out" "sizeLimit: 8Gi" "an emptyDir of size 8gib"
+assert_contains "$out" "sizeLimit: \"1000000\"" "an emptyDir of size 1000000 (bytes)"
+# The one given wins.
+render sizes2 --set-json 'worker.cacheDirs=[{"emptyDir":{"sizeLimit":"5Gi"},"size":"4G"}]'
+assert_contains "$(cat "$CIS_TMP/sizes2.yaml")" "sizeLimit: 5Gi" "emptyDir.sizeLimit given"
 
 # A StatefulSet's one-worker-per-node rule stays beside a user's own
 # nodeAffinity (it went as soon as any affinity was set).
@@ -106,6 +114,7 @@ refuse "give exactly one of hostPath, emptyDir, pvc" \
 	--set-json 'worker.cacheDirs=[{"hostPath":"/x","emptyDir":{},"size":"9G"}]'
 refuse "give exactly one of hostPath, emptyDir, pvc" --set-json 'worker.cacheDirs=[{"size":"9G"}]'
 refuse "size is required" --set-json 'worker.cacheDirs=[{"hostPath":"/x"}]'
+refuse "must then be whole" --set-json 'worker.cacheDirs=[{"emptyDir":{},"size":"1.5T"}]'
 refuse "at least one cache directory" --set-json 'worker.cacheDirs=[]'
 refuse "is neither DaemonSet nor StatefulSet" --set worker.kind=Deployment
 refuse "must be one folder name" --set fuse.mountDir=a/b

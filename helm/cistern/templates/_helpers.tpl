@@ -96,25 +96,25 @@ startupProbe:
   httpGet:
     path: /healthz
     port: http
-  periodSeconds: {{ dig "startupProbe" "periodSeconds" 10 .c }}
-  timeoutSeconds: {{ dig "startupProbe" "timeoutSeconds" 3 .c }}
-  failureThreshold: {{ dig "startupProbe" "failureThreshold" 360 .c }}
+  periodSeconds: {{ int64 (dig "startupProbe" "periodSeconds" 10 .c) }}
+  timeoutSeconds: {{ int64 (dig "startupProbe" "timeoutSeconds" 3 .c) }}
+  failureThreshold: {{ int64 (dig "startupProbe" "failureThreshold" 360 .c) }}
 livenessProbe:
   httpGet:
     path: /healthz
     port: http
-  initialDelaySeconds: {{ .c.livenessProbe.initialDelaySeconds }}
-  periodSeconds: {{ .c.livenessProbe.periodSeconds }}
-  timeoutSeconds: {{ .c.livenessProbe.timeoutSeconds }}
-  failureThreshold: {{ .c.livenessProbe.failureThreshold }}
+  initialDelaySeconds: {{ int64 .c.livenessProbe.initialDelaySeconds }}
+  periodSeconds: {{ int64 .c.livenessProbe.periodSeconds }}
+  timeoutSeconds: {{ int64 .c.livenessProbe.timeoutSeconds }}
+  failureThreshold: {{ int64 .c.livenessProbe.failureThreshold }}
 readinessProbe:
   httpGet:
     path: /readyz
     port: http
-  initialDelaySeconds: {{ .c.readinessProbe.initialDelaySeconds }}
-  periodSeconds: {{ .c.readinessProbe.periodSeconds }}
-  timeoutSeconds: {{ .c.readinessProbe.timeoutSeconds }}
-  failureThreshold: {{ .c.readinessProbe.failureThreshold }}
+  initialDelaySeconds: {{ int64 .c.readinessProbe.initialDelaySeconds }}
+  periodSeconds: {{ int64 .c.readinessProbe.periodSeconds }}
+  timeoutSeconds: {{ int64 .c.readinessProbe.timeoutSeconds }}
+  failureThreshold: {{ int64 .c.readinessProbe.failureThreshold }}
 {{- end }}
 
 {{/* Scheduling fields of a pod spec. Call with the component's values. */}}

@@ -9,7 +9,9 @@ try() { n=0; until "$@"; do n=$((n+1)); if [ "$n" -ge {{ int .Values.jobs.retrie
 # A path already mounted (an upgrade, a retried Job) is left as it is: to
 # change a mount, `cistern unmount` it first.
 mount_once() {
-	if cistern --api "$CISTERN_API" mounts | awk -v p="$1" 'NR > 1 && $1 == p { f = 1 } END { exit !f }'; then
+	# as `cistern mounts` lists it: no trailing slash
+	p=$1; while [ "${#p}" -gt 1 ] && [ "${p%/}" != "$p" ]; do p=${p%/}; done
+	if cistern --api "$CISTERN_API" mounts | awk -v p="$p" 'NR > 1 && $1 == p { f = 1 } END { exit !f }'; then
 		echo "$1: already mounted, left as is"
 		return 0
 	fi
@@ -32,13 +34,20 @@ metadata:
     helm.sh/hook-weight: {{ .weight | quote }}
     helm.sh/hook-delete-policy: before-hook-creation
 spec:
-  backoffLimit: {{ $j.backoffLimit }}
-  activeDeadlineSeconds: {{ $j.activeDeadlineSeconds }}
-  ttlSecondsAfterFinished: {{ $j.ttlSecondsAfterFinished }}
+  backoffLimit: {{ int64 $j.backoffLimit }}
+  activeDeadlineSeconds: {{ int64 $j.activeDeadlineSeconds }}
+  ttlSecondsAfterFinished: {{ int64 $j.ttlSecondsAfterFinished }}
   template:
     metadata:
       labels:
         {{- include "cistern.labels" (dict "ctx" .ctx "component" .name) | nindent 8 }}
+        {{- with .ctx.Values.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with .ctx.Values.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
     spec:
       restartPolicy: Never
       {{- with .ctx.Values.imagePullSecrets }}

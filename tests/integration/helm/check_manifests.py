@@ -319,12 +319,44 @@ class Checker:
                 self.errors.append("default: worker is not on the host network")
             if any(k[0] == "Job" for k in by):
                 self.errors.append("default: hook Jobs rendered with no mounts or loads")
+            if any(k[0] == "NetworkPolicy" for k in by):
+                self.errors.append("default: a NetworkPolicy rendered though not enabled")
         elif expect == "full":
             self.expect_full(by, wk, dirs, fu)
 
     # The values in tests/integration/helm/values-full.yaml, reflected.
     def expect_full(self, by, wk, dirs, fu):
         e = self.errors
+        # podLabels and podAnnotations reach every pod, the hook Jobs' too
+        # (a sidecar injected there would keep a Job from ever finishing).
+        jobs = 0
+        for (kind, _), os_ in by.items():
+            for o in os_ if kind in WORKLOADS else ():
+                md = o["spec"]["template"]["metadata"]
+                jobs += kind == "Job"
+                if (md.get("labels") or {}).get("team") != "ml":
+                    self.fail(o, "full: podLabels not on its pods")
+                if (md.get("annotations") or {}).get("example.com/owner") != "data-platform":
+                    self.fail(o, "full: podAnnotations not on its pods")
+        if not jobs:
+            e.append("full: no hook Jobs rendered")
+        np = by.get(("NetworkPolicy", "master"), [])
+        if len(np) != 1:
+            e.append("full: want one NetworkPolicy on the master, found %d" % len(np))
+        else:
+            sp = np[0]["spec"]
+            sel = sp["podSelector"].get("matchLabels", {})
+            if sel.get("app.kubernetes.io/component") != "master":
+                self.fail(np[0], "full: does not select the master")
+            rule = sp["ingress"][0]
+            peers = rule.get("from", [])
+            if not any((p.get("podSelector") or {}).get("matchLabels", {}).get(
+                    "app.kubernetes.io/instance") == self.release for p in peers):
+                self.fail(np[0], "full: the release's own pods are not let in")
+            if {"ipBlock": {"cidr": "10.0.0.0/16"}} not in peers:
+                self.fail(np[0], "full: allowFrom not applied")
+            if sorted(p["port"] for p in rule.get("ports", [])) != ["http", "rpc"]:
+                self.fail(np[0], "full: not the master's rpc and http ports")
         if not wk or wk[0]["kind"] != "StatefulSet" or wk[0]["spec"].get("replicas") != 2:
             e.append("full: worker is not a StatefulSet of 2")
         else:
