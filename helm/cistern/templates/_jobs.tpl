@@ -12,7 +12,7 @@ mount_once() {
 	# as `cistern mounts` lists it: no trailing slash
 	p=$1; while [ "${#p}" -gt 1 ] && [ "${p%/}" != "$p" ]; do p=${p%/}; done
 	if cistern --api "$CISTERN_API" mounts | awk -v p="$p" 'NR > 1 && $1 == p { f = 1 } END { exit !f }'; then
-		echo "$1: already mounted, left as is"
+		echo "$p: already mounted, left as is"
 		return 0
 	fi
 	cistern --api "$CISTERN_API" mount "$@"
