@@ -671,6 +671,53 @@ static int check_alive(local_stack *s, local_child *waited, cis_errmsg *em)
 	return 0;
 }
 
+/* Whether process pid holds the socket listening on TCP port (IPv4, in
+ * this network namespace): /proc/net/tcp names the listener's inode, and
+ * pid's descriptors show "socket:[inode]" for it. */
+static bool listens_on(pid_t pid, uint16_t port)
+{
+	unsigned long inodes[8];
+	size_t n = 0;
+	char line[512], dir[32], want[40], target[40];
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	if (!f)
+		return false;
+	while (n < 8 && fgets(line, sizeof(line), f)) {
+		unsigned lport, st;
+		unsigned long ino;
+
+		/* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+		if (sscanf(line, " %*u: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &lport,
+		           &st, &ino) == 3 &&
+		    lport == port && st == 0x0A)
+			inodes[n++] = ino;
+	}
+	fclose(f);
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		ssize_t len = e->d_name[0] == '.'
+		                  ? -1
+		                  : readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		for (size_t i = 0; i < n && !found; i++) {
+			snprintf(want, sizeof(want), "socket:[%lu]", inodes[i]);
+			found = strcmp(target, want) == 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 /* Poll GET /readyz until 200, a daemon exits, a stop signal or timeout. */
 static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_errmsg *em)
 {
@@ -688,9 +735,17 @@ static int wait_ready(local_stack *s, local_child *c, uint16_t http_port, cis_er
 			return rc;
 		rc = cis_http_call(base, "GET", "/readyz", NULL, 1000, &status, &body, &last);
 		json_decref(body);
-		if (rc == 0 && status == 200)
+		/* Ready, and it was our child that answered: another stack
+		 * starting beside this one may have picked the same port and
+		 * bound it first (ours then fails to bind and check_alive sees
+		 * it go, to be started again on other ports). */
+		if (rc == 0 && status == 200 && listens_on(c->pid, http_port))
 			return 0;
-		if (rc == 0)
+		if (rc == 0 && status == 200)
+			snprintf(last.text, sizeof(last.text),
+			         "port %u answered, but not from %s (pid %d)", http_port, c->name,
+			         (int)c->pid);
+		else if (rc == 0)
 			snprintf(last.text, sizeof(last.text), "/readyz answered %ld", status);
 		if (cis_mono_ms() > deadline)
 			return cis_fail(em, -ETIMEDOUT, "%s not ready after %d s (%s; log: %s)",

@@ -250,6 +250,33 @@ assert_contains "$(cat "$CIS_TMP/int.out")" "interrupted" "interrupted start"
 sleep 3 # past the slow master's start, had it gone on
 assert_stopped "$STATE" "interrupted start"
 
+# Another program takes the master's HTTP port while the master is still
+# starting (two stacks starting at once pick the same free ports) and
+# answers /readyz: that is not this stack's master being ready. Ours fails
+# to bind, and is started again on other ports.
+log "a port answered by another process during the start"
+"$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$SLOW" --timeout 60 \
+	--master-port 19780 >"$CIS_TMP/race.out" 2>&1 &
+starter=$!
+sleep 0.5
+python3 -c 'import http.server as h
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(s):
+        s.send_response(200); s.end_headers(); s.wfile.write(b"ok\n")
+    do_POST = do_DELETE = do_GET
+    def log_message(*a): pass
+h.HTTPServer(("127.0.0.1", 19781), H).serve_forever()' &
+fake=$!
+cis_on_exit "kill_pid $fake"
+wait "$starter" || fail "the start with its port taken failed: $(cat "$CIS_TMP/race.out")"
+api=$(jq -r .api "$STATE/local.json")
+[ "$api" != "127.0.0.1:19781" ] || fail "the stack took another program's port for its master's"
+assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "file://$SRC" "the stack's own master"
+compare_tree "$SRC" "file:// after a port race"
+"$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null || fail "--stop after the port race"
+assert_stopped "$STATE" "after the port race"
+kill_pid "$fake"
+
 log "a mount point over the store's own directory"
 out=$("$CISTERN" local "file://$SRC" "$SRC/a" --state-dir "$STATE" 2>&1) &&
 	fail "a mount point inside the store was accepted: $out"
