@@ -67,6 +67,17 @@ render sizes --set-json 'worker.cacheDirs=[{"emptyDir":{},"size":"8gib"},{"empty
 out=$(cat "$CIS_TMP/sizes.yaml")
 assert_contains "$out" "sizeLimit: 8Gi" "an emptyDir of size 8gib"
 assert_contains "$out" "sizeLimit: \"1000000\"" "an emptyDir of size 1000000 (bytes)"
+# An empty list of access modes is ReadWriteOnce (none makes a claim the
+# API refuses); privileged FUSE pods may escalate whatever the values say.
+render modes --set-json 'master.persistence.accessModes=[]' \
+	--set-json 'fuse.securityContext={"allowPrivilegeEscalation":false}'
+assert_contains "$(cat "$CIS_TMP/modes.yaml")" "accessModes:
+          - ReadWriteOnce" "master.persistence.accessModes=[]"
+fuse_ds=$(awk '/^---/ { p = k = 0 } /^kind: DaemonSet$/ { k = 1 }
+	k && /^  name: rel-cistern-fuse$/ { p = 1 } p' "$CIS_TMP/modes.yaml")
+assert_contains "$fuse_ds" "allowPrivilegeEscalation: true" "the FUSE DaemonSet's security context"
+assert_not_contains "$fuse_ds" "allowPrivilegeEscalation: false" \
+	"a privileged FUSE container kept allowPrivilegeEscalation: false"
 # The one given wins.
 render sizes2 --set-json 'worker.cacheDirs=[{"emptyDir":{"sizeLimit":"5Gi"},"size":"4G"}]'
 assert_contains "$(cat "$CIS_TMP/sizes2.yaml")" "sizeLimit: 5Gi" "emptyDir.sizeLimit given"
@@ -115,6 +126,8 @@ refuse "give exactly one of hostPath, emptyDir, pvc" \
 refuse "give exactly one of hostPath, emptyDir, pvc" --set-json 'worker.cacheDirs=[{"size":"9G"}]'
 refuse "size is required" --set-json 'worker.cacheDirs=[{"hostPath":"/x"}]'
 refuse "must then be whole" --set-json 'worker.cacheDirs=[{"emptyDir":{},"size":"1.5T"}]'
+refuse "fuse.httpPort: 0; want a port from 1 to 65535" --set fuse.httpPort=0
+refuse "worker.rpcPort: 70000; want a port from 1 to 65535" --set worker.rpcPort=70000
 refuse "at least one cache directory" --set-json 'worker.cacheDirs=[]'
 refuse "is neither DaemonSet nor StatefulSet" --set worker.kind=Deployment
 refuse "must be one folder name" --set fuse.mountDir=a/b

@@ -71,6 +71,18 @@ parser takes; whole ones print as integers. */}}
 {{- printf "%s:%d" (include "cistern.masterHost" .) (int .Values.master.httpPort) }}
 {{- end }}
 
+{{/* Fail the render for a port outside 1-65535: 0, which a daemon takes as
+"any free port" or "none", cannot be a container port, a Service's port or
+a probe's. Call with a dict of value name -> port. */}}
+{{- define "cistern.checkPorts" -}}
+{{- range $k, $v := . }}
+{{- $p := int64 $v }}
+{{- if or (lt $p 1) (gt $p 65535) }}
+{{- fail (printf "%s: %v; want a port from 1 to 65535 (a container port, the Service's and the probes')" $k $v) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Pod annotations: Prometheus scrape hints and the user's. Call with
 (dict "ctx" $ "port" 19601 "extra" dict). */}}
 {{- define "cistern.podAnnotations" -}}
