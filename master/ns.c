@@ -540,9 +540,19 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 	int64_t started_ns = cis_wall_ns();
 	err = list_store(m, mt, dir->key, &l, em);
 	if (err == -ENOENT && dir->key[0]) {
-		/* The directory itself vanished: the parent's listing will drop it. */
-		l.n = 0;
-		err = 0;
+		/* The directory itself vanished: the parent's listing will drop
+		 * it. Unless the whole store is what is missing (a file system
+		 * not mounted under a file:// root, a bucket gone): then this is
+		 * the store's error, and the directory keeps what it had. */
+		cis_errmsg cem = {{0}};
+		int cerr = cis_ufs_check(mt->ufs, &cem);
+		if (cerr) {
+			*em = cem;
+			err = cerr;
+		} else {
+			l.n = 0;
+			err = 0;
+		}
 	}
 	if (!err)
 		err = apply_listing(m, dir_id, dir->mount_id, &l, started_ns, nd, em);

@@ -10,7 +10,9 @@
  * that opening contacts nothing and a directory that is replaced or mounted
  * later is picked up.
  *
- * An object's version is "size-mtime_ns". Writes go to a temporary file in
+ * An object's version is "size-mtime_ns-ctime_ns": the change time, which no
+ * program can set, tells apart a same-size rewrite that kept its mtime
+ * (rsync --inplace -t, touch -r, archives with fixed times). Writes go to a temporary file in
  * the target's directory and are renamed over it, so readers see the old or
  * the new bytes, never a mix; the new file's mtime is set to the current
  * time in nanoseconds and made to differ from the replaced file's, so every
@@ -81,10 +83,13 @@ static int sys_openat2(int dirfd, const char *path, int flags, mode_t mode)
 	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
 	long fd;
+	int busy = 0;
 
+	/* EAGAIN: a ".." under RESOLVE_BENEATH met a rename or a mount
+	 * somewhere on the system meanwhile; the kernel asks for a retry. */
 	do
 		fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-	while (fd < 0 && errno == EINTR);
+	while (fd < 0 && (errno == EINTR || (errno == EAGAIN && ++busy < 16)));
 	if (fd < 0 && errno == EXDEV)
 		errno = EACCES; /* a link (or path) leads outside the root */
 	return (int)fd;
@@ -273,9 +278,12 @@ static void fill_stat(const struct stat *sb, struct cis_ufs_stat *st)
 	sec = sec > max_s ? max_s : sec < -max_s ? -max_s : sec;
 	st->mtime_ns = sec * 1000000000 + sb->st_mtim.tv_nsec;
 	st->mode = sb->st_mode & 07777;
-	if (!st->is_dir)
-		snprintf(st->version, sizeof(st->version), "%" PRIu64 "-%" PRId64, st->size,
-		         st->mtime_ns);
+	if (!st->is_dir) {
+		int64_t csec = (int64_t)sb->st_ctim.tv_sec;
+		csec = csec > max_s ? max_s : csec < -max_s ? -max_s : csec;
+		snprintf(st->version, sizeof(st->version), "%" PRIu64 "-%" PRId64 "-%" PRId64,
+		         st->size, st->mtime_ns, csec * 1000000000 + sb->st_ctim.tv_nsec);
+	}
 }
 
 /* Stats path under rootfd, following links beneath the root. Only regular
@@ -350,11 +358,24 @@ static int posix_check(void *state, cis_errmsg *em)
 	fd = open_root(s, em);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &sb) < 0)
+	int dot = open_beneath(fd, "", O_RDONLY | O_DIRECTORY);
+	if (dot < 0)
+		/* Every call resolves paths with openat2 (Linux 5.6), which a
+		 * container's seccomp profile may also refuse. */
+		err = errno == ENOSYS || errno == EPERM
+		          ? cis_fail(em, -ENOSYS,
+		                     "file://%s: openat2 is not available (Linux 5.6 or later, "
+		                     "allowed by the seccomp profile): %s",
+		                     s->root, strerror(errno))
+		          : cis_fail(em, -CIS_E_DENIED, "file://%s: directory not readable: %s",
+		                     s->root, strerror(errno));
+	else if (fstat(fd, &sb) < 0)
 		err = cis_fail(em, -errno, "file://%s: fstat: %s", s->root, strerror(errno));
-	else if (access(s->root, R_OK | X_OK) < 0)
+	else if (faccessat(AT_FDCWD, s->root, R_OK | X_OK, AT_EACCESS) < 0)
 		err = cis_fail(em, -CIS_E_DENIED, "file://%s: directory not readable: %s", s->root,
 		               strerror(errno));
+	if (dot >= 0)
+		close(dot);
 	close(fd);
 	return err;
 }
@@ -505,15 +526,19 @@ static int posix_list(void *state, const char *dir, const char *token, size_t ma
 			sprintf(child, "%s/%s", dir, names[i]);
 		else
 			strcpy(child, names[i]);
-		/* Entries that vanished or are neither files, directories nor
-		 * links are not objects: skip them. */
+		/* Entries that vanished, are neither files, directories nor
+		 * links, or are not ours to see are not objects: skip them.
+		 * Any other failure (EIO, ESTALE: a file server in trouble)
+		 * fails the page: a listing without the entry would drop it,
+		 * and all below it, from the namespace. */
 		err = stat_entry(rootfd, child, e);
-		if (err == -ENOMEM) {
-			cis_fail(em, err, "file://%s/%s: out of memory", root_shown(s), dir);
+		if (err == -ENOENT || err == -EINVAL || err == -ENAMETOOLONG || err == -EACCES)
+			continue;
+		if (err) {
+			cis_fail(em, err, "file://%s%s%s/%s: %s", root_shown(s), slash_if(dir), dir,
+			         names[i], strerror(-err));
 			goto out_free;
 		}
-		if (err)
-			continue;
 		e->name = names[i];
 		names[i] = NULL;
 		page->n++;

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define UFS_PATH_MAX   1024
+#define UFS_PATH_MAX   4095 /* what the kernel takes (S3 refuses keys over 1024 itself) */
 #define UFS_URI_MAX    4096
 #define UFS_SCHEME_MAX 16
 

@@ -183,6 +183,34 @@ Test(master, sync_sees_added_changed_deleted)
 	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), -ENOENT);
 }
 
+/* A store whose root is missing (a file system not mounted under the
+ * file:// root) is the store's error: the directories keep what they had.
+ * A directory that alone is gone from a store that is there lists empty. */
+Test(master, a_missing_store_root_empties_no_directory)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	uint64_t dirs;
+	char moved[400], p[400];
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0, "%s", em.text);
+	snprintf(moved, sizeof(moved), "%s.away", store);
+	cr_assert_eq(rename(store, moved), 0);
+	em = (cis_errmsg){{0}};
+	cr_assert_neq(mst_ns_sync(m, "/data/sub", false, &dirs, &em), 0,
+	              "a sync of a store with no root succeeded");
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), 0,
+	             "the file left the namespace with the store's root: %s", em.text);
+	cr_assert_eq(rename(moved, store), 0);
+	snprintf(p, sizeof(p), "%s/sub/c.bin", store);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "%s/sub", store);
+	cr_assert_eq(rmdir(p), 0);
+	cr_assert_eq(mst_ns_sync(m, "/data/sub", false, &dirs, &em), -ENOENT);
+	cr_assert(strstr(em.text, "/data/sub: no longer in the store"), "%s", em.text);
+	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), -ENOENT);
+}
+
 Test(master, nested_mounts_and_shadowing)
 {
 	cis_errmsg em = {{0}};

@@ -24,7 +24,7 @@
 #include "cistern/error.h"
 #include "cistern/kv.h"
 
-#define CIS_UFS_VERSION_MAX 80 /* ETag (quoted hex, or multipart "hex-N") or size-mtime */
+#define CIS_UFS_VERSION_MAX 80 /* ETag (quoted hex, or multipart "hex-N") or size-mtime-ctime */
 
 typedef struct cis_ufs cis_ufs;
 
