@@ -455,7 +455,11 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		if (err)
 			break;
 		if (c > 0) {
+			/* Not in the store's listing: gone, unless what was
+			 * learnt of it since the listing started (a stat at an
+			 * open, its own listing) says it is there. */
 			if (!ch->mount_point && ch->mount_id == dir->mount_id &&
+			    ch->listed_ns <= started_ns &&
 			    (ch->type != MST_DIR || !holds_mount(m, txn, ch->id, &ways, up)))
 				err = mst_inode_del_tree(m, txn, ch->id);
 			j++;
@@ -465,8 +469,9 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		const cis_ufs_entry *e = &l->e[i];
 		if (ch->mount_point || ch->mount_id != dir->mount_id) {
 			/* a nested mount point hides the store's entry */
-		} else if (ch->type != entry_type(e) ||
-		           (e->link_target && strcmp(ch->link_target, e->link_target) != 0)) {
+		} else if (ch->listed_ns <= started_ns &&
+		           (ch->type != entry_type(e) ||
+		            (e->link_target && strcmp(ch->link_target, e->link_target) != 0))) {
 			/* A new inode: what a client cached of the old one (a
 			 * link's text among it) stays with the old one. A
 			 * directory that holds a nested mount hides the entry. */
