@@ -1540,6 +1540,52 @@ out:
 	free(gone);
 }
 
+/* Mark the finished load id expired, in memory and in its record, and
+ * forget it. Takes js->lock and then ended_lock, never both at once. */
+static void mark_expired(struct mst_jobs *js, uint64_t id)
+{
+	bool marked = false;
+	pthread_mutex_lock(&js->lock);
+	for (struct job *j = js->list; j; j = j->next)
+		if (j->id == id) {
+			j->expired = true;
+			job_save(j);
+			marked = true;
+		}
+	pthread_mutex_unlock(&js->lock);
+	pthread_mutex_lock(&js->ended_lock);
+	ended_drop(js, id);
+	pthread_mutex_unlock(&js->ended_lock);
+	if (!marked) {
+		json_t *full = record_get(js->m, id);
+		if (full) {
+			json_object_set_new(full, "expired", json_true());
+			record_put(js->m, id, full);
+			json_decref(full);
+		}
+	}
+}
+
+/* A load of path finished done: the older finished loads of the same path
+ * are taken over now. At their due time it would cover them, and their
+ * expiry would free nothing (its own frees the path, later); marked expired
+ * at once, the list of finished loads keeps one per path however often a
+ * dataset is loaded again. */
+static void take_over_older(struct mst_jobs *js, uint64_t id, const char *path)
+{
+	uint64_t *older = NULL;
+	size_t n = 0, cap = 0;
+	pthread_mutex_lock(&js->ended_lock);
+	for (size_t i = 0; i < js->nended; i++)
+		if (js->ended[i].id < id && !strcmp(js->ended[i].path, path) &&
+		    !ids_push(&older, &n, &cap, js->ended[i].id))
+			break; /* out of memory: they expire in their own time */
+	pthread_mutex_unlock(&js->ended_lock);
+	for (size_t i = 0; i < n; i++)
+		mark_expired(js, older[i]);
+	free(older);
+}
+
 static void *job_main(void *arg)
 {
 	struct job *j = arg;
@@ -1574,6 +1620,8 @@ static void *job_main(void *arg)
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
+	if (load && state == JOB_DONE)
+		take_over_older(j->js, j->id, j->path);
 	atomic_store(&j->js->prune_due, true);
 	return NULL;
 }
@@ -2168,27 +2216,7 @@ static void expire_one(mst_master *m, const struct ended *all, size_t n, const s
 		return; /* decided once that one ends or expires */
 	/* mark first: a crash between the two leaves blocks cached, never
 	 * frees twice */
-	struct mst_jobs *js = m->jobs;
-	bool marked = false;
-	pthread_mutex_lock(&js->lock);
-	for (struct job *j = js->list; j; j = j->next)
-		if (j->id == e->id) {
-			j->expired = true;
-			job_save(j);
-			marked = true;
-		}
-	pthread_mutex_unlock(&js->lock);
-	pthread_mutex_lock(&js->ended_lock);
-	ended_drop(js, e->id);
-	pthread_mutex_unlock(&js->ended_lock);
-	if (!marked) {
-		json_t *full = record_get(m, e->id);
-		if (full) {
-			json_object_set_new(full, "expired", json_true());
-			record_put(m, e->id, full);
-			json_decref(full);
-		}
-	}
+	mark_expired(m->jobs, e->id);
 	if (newer == NEWER_COVERS) {
 		cis_info("ttl expired, blocks kept for a newer load", "path=%s load_job=%llu",
 		         e->path, (unsigned long long)e->id);

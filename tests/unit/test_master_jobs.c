@@ -1217,6 +1217,7 @@ Test(jobs, finished_job_records_past_the_kept_are_deleted)
 	 * job stays. */
 	cr_assert_eq(mst_job_submit(m, &fr, &running, &em), 0, "%s", em.text);
 	new_load = submit_and_run(&sub);
+	cr_assert(expired(old_load), "not taken over when the newer load of its path finished");
 	tick();
 	cr_assert_eq(record_ids(ids), 66);
 	cr_assert_eq(ids[0], frees[2], "the older load's record went");
