@@ -26,9 +26,12 @@
 #include "cistern/rpc.h"
 #include "cistern/ufs.h"
 
-#define MST_ROOT_INO        1
-#define MST_NAME_MAX        255
-#define MST_PATH_MAX        4096
+#define MST_ROOT_INO 1
+#define MST_NAME_MAX 255
+#define MST_PATH_MAX 4096
+/* First listings that failed, remembered so that the lookups after them
+ * get the error back instead of each listing the directory again. */
+#define MST_LIST_FAILS      32
 #define MST_DEFAULT_BLOCK   (4u << 20)
 #define MST_DEFAULT_SYNC_MS (300u * 1000u)
 /* Options one mount may be given: every connector knows a dozen at most. */
@@ -111,6 +114,14 @@ typedef struct mst_master {
 	pthread_mutex_t flight_lock; /* single flight of directory listings */
 	pthread_cond_t flight_cond;
 	mst_flight *flights;
+	/* Directories whose first listing failed lately: the error is given
+	 * again until their retry time (ns.c). Under flight_lock. */
+	struct mst_list_fail {
+		uint64_t dir, mount_id;
+		int rc, fails;
+		uint64_t retry_ms; /* monotonic; 0: a free slot */
+		cis_errmsg em;
+	} list_fails[MST_LIST_FAILS];
 
 	mst_workers *workers;
 	mst_wconns *wconns;       /* RPC clients to workers (repl.c) */

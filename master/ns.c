@@ -597,6 +597,48 @@ bool mst_ns_wait_refused_now(void)
  * workers hold still reads), and its mount's directories are not listed
  * again for this long. */
 #define REFRESH_RETRY_MS 5000
+/* A directory never listed whose listing fails is not listed again for
+ * this long, doubled at each failure in a row up to FIRST_RETRY_MAX_MS: the
+ * lookups and readdirs meanwhile get its error back. A listing that runs
+ * past --list-max-entries pages through millions of entries each time. */
+#define FIRST_RETRY_MS     5000
+#define FIRST_RETRY_MAX_MS 300000
+
+/* The remembered failure of dir's first listing, or NULL. Caller holds
+ * flight_lock. */
+static struct mst_list_fail *do_list_fail(mst_master *m, const mst_inode *dir)
+{
+	for (size_t i = 0; i < MST_LIST_FAILS; i++)
+		if (m->list_fails[i].retry_ms && m->list_fails[i].dir == dir->id &&
+		    m->list_fails[i].mount_id == dir->mount_id)
+			return &m->list_fails[i];
+	return NULL;
+}
+
+/* Remember that dir's first listing failed with rc (em), or forget it
+ * (rc 0). A new failure takes the slot whose retry comes first. Caller
+ * holds flight_lock. */
+static void do_note_first_listing(mst_master *m, const mst_inode *dir, int rc, const cis_errmsg *em)
+{
+	struct mst_list_fail *f = do_list_fail(m, dir);
+	if (!rc) {
+		if (f)
+			f->retry_ms = 0;
+		return;
+	}
+	if (!f) {
+		f = &m->list_fails[0];
+		for (size_t i = 1; i < MST_LIST_FAILS && f->retry_ms; i++)
+			if (m->list_fails[i].retry_ms < f->retry_ms)
+				f = &m->list_fails[i];
+		*f = (struct mst_list_fail){.dir = dir->id, .mount_id = dir->mount_id};
+	}
+	uint64_t wait = FIRST_RETRY_MS << (f->fails < 6 ? f->fails : 6);
+	f->fails++;
+	f->rc = rc;
+	f->em = *em;
+	f->retry_ms = cis_mono_ms() + (wait < FIRST_RETRY_MAX_MS ? wait : FIRST_RETRY_MAX_MS);
+}
 
 /* depth: levels below a listing a client asked for (0: asked for). */
 static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int depth, cis_errmsg *em)
@@ -614,6 +656,14 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 	if (failing && mt->refresh_retry_ms > cis_mono_ms()) {
 		pthread_mutex_unlock(&m->flight_lock);
 		return 0;
+	}
+	const struct mst_list_fail *lf = force || dir->listed_ns ? NULL : do_list_fail(m, dir);
+	if (lf && lf->retry_ms > cis_mono_ms()) {
+		int rc = lf->rc;
+		if (em)
+			*em = lf->em;
+		pthread_mutex_unlock(&m->flight_lock);
+		return rc;
 	}
 	pthread_mutex_unlock(&m->flight_lock);
 	if (mst_ns_wait_refused_now())
@@ -665,6 +715,8 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		cis_counter_inc(m->c_lists_ahead);
 
 	pthread_mutex_lock(&m->flight_lock);
+	if (!dir->listed_ns && rc != -ECANCELED && rc != -EWOULDBLOCK)
+		do_note_first_listing(m, dir, rc, &f->em);
 	if (!rc) {
 		mt->refresh_failing = false;
 	} else if (dir->listed_ns && rc != -ECANCELED) {

@@ -211,6 +211,44 @@ Test(master, a_missing_store_root_empties_no_directory)
 	cr_assert_eq(mst_ns_resolve(m, "/data/sub/c.bin", &ino, &em), -ENOENT);
 }
 
+/* A directory whose first listing fails (here: more entries than
+ * --list-max-entries) gives its error back to the lookups that follow for
+ * a while instead of each listing it again; a sync lists it again. */
+Test(master, a_failed_first_listing_is_not_redone_by_every_lookup)
+{
+	cis_errmsg em = {{0}};
+	mst_inode ino;
+	uint64_t dirs;
+	char big[400];
+	mst_close(m);
+	mst_open_opts o = {.data_dir = data,
+	                   .map_size = 1ull << 30,
+	                   .lost_timeout_ms = 200,
+	                   .metrics = metrics,
+	                   .list_max = 1000};
+	cr_assert_eq(mst_open(&o, &m, &em), 0, "%s", em.text);
+	snprintf(big, sizeof(big), "%s/big", store);
+	cr_assert_eq(mkdir(big, 0755), 0);
+	for (int i = 0; i < 1001; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%04d", i);
+		put_file(big, name, "x");
+	}
+	cr_assert_eq(mount("/data", store, &em), 0, "%s", em.text);
+	cr_assert_neq(mst_ns_resolve(m, "/data/big/f0001", &ino, &em), 0);
+	cr_assert(strstr(em.text, "--list-max-entries"), "%s", em.text);
+	uint64_t lists = cis_counter_get(m->c_store_lists);
+	for (int i = 0; i < 5; i++) {
+		em = (cis_errmsg){{0}};
+		cr_assert_neq(mst_ns_resolve(m, "/data/big/f0002", &ino, &em), 0);
+		cr_assert(strstr(em.text, "--list-max-entries"), "the error again: %s", em.text);
+	}
+	cr_assert_eq(cis_counter_get(m->c_store_lists), lists,
+	             "lookups listed the directory again");
+	cr_assert_neq(mst_ns_sync(m, "/data/big", false, &dirs, &em), 0);
+	cr_assert_gt(cis_counter_get(m->c_store_lists), lists, "a sync did not list it again");
+}
+
 Test(master, nested_mounts_and_shadowing)
 {
 	cis_errmsg em = {{0}};
