@@ -50,6 +50,7 @@
 #define LOAD_PARALLEL  16
 #define INFLIGHT_FILES 4096
 #define FAILURES_KEPT  1000
+#define PRUNE_BATCH    10000 /* job records deleted in one transaction at most */
 #define BCAST_BATCH    512
 
 enum { JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
@@ -1508,8 +1509,10 @@ static void prune_records(struct mst_jobs *js)
 			if (bsearch(&id, keep, (size_t)nkeep, sizeof(id), cmp_u64) ||
 			    record_running(&v) || ++finished <= js->kept)
 				continue;
-			if (!ids_push(&gone, &ngone, &cap, id))
-				break; /* the rest next time */
+			if (ngone == PRUNE_BATCH || !ids_push(&gone, &ngone, &cap, id)) {
+				atomic_store(&js->prune_due, true); /* the rest at the next tick */
+				break;
+			}
 		}
 		mdb_cursor_close(cur);
 	}
@@ -1608,6 +1611,11 @@ static void *job_main(void *arg)
 		pthread_mutex_lock(&j->js->ended_lock);
 		ended_add(j->js, j->id, j->path, fin, state);
 		pthread_mutex_unlock(&j->js->ended_lock);
+		/* While this job still looks running: a submit that reaps
+		 * finished jobs joins their threads holding js->lock, which
+		 * the takeover takes. */
+		if (state == JOB_DONE)
+			take_over_older(j->js, j->id, j->path);
 	}
 	pthread_mutex_lock(&j->js->lock);
 	j->state = state;
@@ -1620,8 +1628,6 @@ static void *job_main(void *arg)
 	cis_info("job finished", "id=%llu type=%s path=%s state=%s files=%llu failed=%llu",
 	         (unsigned long long)j->id, j->type, j->path, state_names[j->state],
 	         (unsigned long long)j->c.files, (unsigned long long)j->c.files_failed);
-	if (load && state == JOB_DONE)
-		take_over_older(j->js, j->id, j->path);
 	atomic_store(&j->js->prune_due, true);
 	return NULL;
 }
