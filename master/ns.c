@@ -418,7 +418,7 @@ static bool holds_mount(mst_master *m, MDB_txn *txn, uint64_t id, struct mount_w
  * applied if the directory is no longer in mount_id, the mount that was
  * listed. */
 static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, struct listing *l,
-                         int64_t started_ns, struct new_dirs *nd, cis_errmsg *em)
+                         int64_t started_ns, bool gone, struct new_dirs *nd, cis_errmsg *em)
 {
 	MDB_txn *txn;
 	struct kids k = {0};
@@ -493,7 +493,9 @@ static int apply_listing(mst_master *m, uint64_t dir_id, uint64_t mount_id, stru
 		i++;
 		j++;
 	}
-	if (!err) {
+	/* A directory found gone keeps its old stamp: a listing of its
+	 * parent, however old, drops it. */
+	if (!err && !gone) {
 		dir->listed_ns = cis_wall_ns();
 		err = mst_inode_put(m, txn, dir);
 	}
@@ -543,6 +545,7 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 	if (!mt || (!force && !is_stale(dir, mt, cis_wall_ns())))
 		goto out; /* listed by someone else meanwhile, or no longer mounted */
 	int64_t started_ns = cis_wall_ns();
+	bool gone = false;
 	err = list_store(m, mt, dir->key, &l, em);
 	if (err == -ENOENT && dir->key[0]) {
 		/* The directory itself vanished: the parent's listing will drop
@@ -557,10 +560,11 @@ static int list_dir(mst_master *m, uint64_t dir_id, bool force, struct new_dirs 
 		} else {
 			l.n = 0;
 			err = 0;
+			gone = true;
 		}
 	}
 	if (!err)
-		err = apply_listing(m, dir_id, dir->mount_id, &l, started_ns, nd, em);
+		err = apply_listing(m, dir_id, dir->mount_id, &l, started_ns, gone, nd, em);
 	listed = l.n;
 out:
 	listing_free(&l);
@@ -715,7 +719,8 @@ static int ensure_listed(mst_master *m, const mst_inode *dir, bool force, int de
 		cis_counter_inc(m->c_lists_ahead);
 
 	pthread_mutex_lock(&m->flight_lock);
-	if (!dir->listed_ns && rc != -ECANCELED && rc != -EWOULDBLOCK)
+	/* Not a list-ahead's failure: a guess, which a request retries. */
+	if (depth == 0 && !dir->listed_ns && rc != -ECANCELED && rc != -EWOULDBLOCK)
 		do_note_first_listing(m, dir, rc, &f->em);
 	if (!rc) {
 		mt->refresh_failing = false;
