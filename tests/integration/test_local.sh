@@ -255,22 +255,34 @@ assert_stopped "$STATE" "interrupted start"
 # answers /readyz: that is not this stack's master being ready. Ours fails
 # to bind, and is started again on other ports.
 log "a port answered by another process during the start"
+# Two free ports in a row, else the stack starts elsewhere and the race
+# is not run.
+mport=
+for p in $(seq 19780 2 19980); do
+	if [ -z "$(ss -Hltn "( sport = :$p or sport = :$((p + 1)) )")" ]; then
+		mport=$p
+		break
+	fi
+done
+[ -n "$mport" ] || fail "no two free ports in a row in 19780-19981"
 "$CISTERN" local "file://$SRC" "$MNT" --state-dir "$STATE" --bin-dir "$SLOW" --timeout 60 \
-	--master-port 19780 >"$CIS_TMP/race.out" 2>&1 &
+	--master-port "$mport" >"$CIS_TMP/race.out" 2>&1 &
 starter=$!
 sleep 0.5
-python3 -c 'import http.server as h
+python3 -c 'import sys, http.server as h
 class H(h.BaseHTTPRequestHandler):
     def do_GET(s):
         s.send_response(200); s.end_headers(); s.wfile.write(b"ok\n")
     do_POST = do_DELETE = do_GET
     def log_message(*a): pass
-h.HTTPServer(("127.0.0.1", 19781), H).serve_forever()' &
+h.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$((mport + 1))" &
 fake=$!
 cis_on_exit "kill_pid $fake"
+wait_for 5 sh -c "ss -Hltnp 'sport = :$((mport + 1))' | grep -q python3" ||
+	fail "the other program did not get port $((mport + 1)) before the master (no race run)"
 wait "$starter" || fail "the start with its port taken failed: $(cat "$CIS_TMP/race.out")"
 api=$(jq -r .api "$STATE/local.json")
-[ "$api" != "127.0.0.1:19781" ] || fail "the stack took another program's port for its master's"
+[ "$api" != "127.0.0.1:$((mport + 1))" ] || fail "the stack took another program's port for its master's"
 assert_contains "$("$CISTERN" --api "$api" mounts 2>&1)" "file://$SRC" "the stack's own master"
 compare_tree "$SRC" "file:// after a port race"
 "$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null || fail "--stop after the port race"
