@@ -675,7 +675,7 @@ out_close:
 static int open_parent(int rootfd, const char *path, bool create, const char **base)
 {
 	const char *slash = strrchr(path, '/');
-	char prefix[1100], comp[256];
+	char prefix[PATH_MAX], comp[256];
 	size_t plen, n;
 	char *p, *end, save;
 	int fd, next;

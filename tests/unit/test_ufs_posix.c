@@ -94,6 +94,11 @@ Test(posix, paths_up_to_what_the_kernel_takes_are_valid)
 	write_at(key, "deep");
 	cr_assert_eq(cis_ufs_stat(u, key, &st, &em), 0, "%s", em.text);
 	cr_assert_eq(st.size, 4);
+	/* written and deleted there too (the parent's path is 3764 bytes) */
+	cr_assert_eq(cis_ufs_write_buf(u, key, "again", 5, &em), 0, "%s", em.text);
+	cr_assert_eq(cis_ufs_stat(u, key, &st, &em), 0, "%s", em.text);
+	cr_assert_eq(st.size, 5);
+	cr_assert_eq(cis_ufs_delete(u, key, &em), 0, "%s", em.text);
 	cr_assert_eq(cis_ufs_check_path(key), 0);
 	char longer[4200];
 	memset(longer, 'z', 4096);
