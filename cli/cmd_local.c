@@ -1278,6 +1278,28 @@ static bool report(int ready_fd, const char *line, FILE *out)
 	return told;
 }
 
+/* Close every descriptor from 3 up but those in keep (n, any order; one
+ * below 3 or -1 is no matter). */
+static void close_all_but(int *keep, size_t n)
+{
+	unsigned lo = 3;
+
+	for (size_t i = 1; i < n; i++) /* sorted: a handful */
+		for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	for (size_t i = 0; i < n; i++) {
+		if (keep[i] < (int)lo)
+			continue;
+		if ((unsigned)keep[i] > lo)
+			close_range(lo, (unsigned)keep[i] - 1, 0);
+		lo = (unsigned)keep[i] + 1;
+	}
+	close_range(lo, ~0U, 0);
+}
+
 /* The supervisor: start, report to ready_fd (or stdout with -f), then wait
  * for a stop signal or a child's death, and tear down. Exit code. */
 static int supervise(local_stack *s, int ready_fd)
@@ -1287,6 +1309,12 @@ static int supervise(local_stack *s, int ready_fd)
 	char line[LOCAL_LINE_MAX];
 
 	write_pid_file(s);
+	/* Its paths are absolute: it holds no caller's directory busy, and
+	 * its daemons inherit no descriptor of the caller's. */
+	if (chdir("/") < 0)
+		fprintf(stderr, "cistern local: cannot leave the caller's directory: %s\n",
+		        strerror(errno));
+	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
 	cis_http_client_set_stop(stop_pending);
 	rc = stack_start(s, &em);
 	if (rc < 0) {
@@ -1583,12 +1611,22 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 
 		if (!cache_dir_path(dirs[i], dir, sizeof(dir), &sized))
 			return cis_fail(em, -EINVAL, "--cache-dir %s: want DIR[:SIZE]", dirs[i]);
+		const char *size_arg = dirs[i] + strlen(dir); /* ":SIZE" or "" */
+		/* Absolute: the supervisor and its daemons run in "/". */
+		if (dir[0] != '/') {
+			char cwd[PATH_MAX], rel[PATH_MAX];
+			snprintf(rel, sizeof(rel), "%s", dir);
+			if (!getcwd(cwd, sizeof(cwd)) || !path_join(dir, sizeof(dir), cwd, rel))
+				return cis_fail(em, -ENAMETOOLONG, "--cache-dir %s: path too long",
+				                dirs[i]);
+		}
 		if (sized) {
 			/* The worker makes it; one that is a file it would skip. */
 			if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
 				return cis_fail(em, -ENOTDIR, "--cache-dir %s: %s", dir,
 				                cis_strerror(-ENOTDIR));
-			arg = strdup(dirs[i]);
+			if (asprintf(&arg, "%s%s", dir, size_arg) < 0)
+				arg = NULL;
 		} else {
 			if ((rc = mkdir_p(dir)) < 0)
 				return cis_fail(em, rc, "--cache-dir %s: %s", dir,
@@ -1601,8 +1639,7 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 					size = 1ull << 30;
 			}
 			arg = NULL;
-			if (asprintf(&arg, "%s:%lluM", dirs[i], (unsigned long long)(size >> 20)) <
-			    0)
+			if (asprintf(&arg, "%s:%lluM", dir, (unsigned long long)(size >> 20)) < 0)
 				arg = NULL;
 		}
 		if (!arg)
@@ -1763,6 +1800,15 @@ static int local_check_flags(local_stack *s)
 	return local_mount_request(s);
 }
 
+/* path (a file that exists) made absolute in place, when it fits. */
+static void absolute_path(char *path, size_t len)
+{
+	char abs[PATH_MAX];
+
+	if (path[0] != '/' && realpath(path, abs) && strlen(abs) < len)
+		memcpy(path, abs, strlen(abs) + 1);
+}
+
 static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, int *mnt_lock_fd,
                          cis_errmsg *em)
 {
@@ -1839,6 +1885,9 @@ static int local_prepare(local_stack *s, const char *mnt_arg, int *lock_fd, int 
 	    (rc = find_daemon(bin_dir, "cistern-fuse", "fuse", s->fuse.bin, sizeof(s->fuse.bin),
 	                      em)) < 0)
 		return rc;
+	absolute_path(s->master.bin, sizeof(s->master.bin)); /* the stack runs in "/" */
+	absolute_path(s->worker.bin, sizeof(s->worker.bin));
+	absolute_path(s->fuse.bin, sizeof(s->fuse.bin));
 	if (!path_join(s->master.log, sizeof(s->master.log), logs, "master.log") ||
 	    !path_join(s->worker.log, sizeof(s->worker.log), logs, "worker.log") ||
 	    !path_join(s->fuse.log, sizeof(s->fuse.log), logs, "fuse.log"))
@@ -1962,6 +2011,10 @@ int cli_cmd_local(cli_ctx *c, int argc, char **argv)
 		close(pipefd[0]);
 		setsid();
 		sigprocmask(SIG_BLOCK, &s.sigs, NULL);
+		/* Detached: none of the caller's descriptors (a pipe a script
+		 * waits on for EOF) stays open in it. */
+		int keep[] = {pipefd[1], lock_fd, mnt_lock_fd, null};
+		close_all_but(keep, sizeof(keep) / sizeof(keep[0]));
 		snprintf(logp, sizeof(logp), "%s/logs/local.log", s.state);
 		logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 		if (null >= 0)

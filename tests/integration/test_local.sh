@@ -127,6 +127,24 @@ out=$("$CISTERN" local --stop "$MNT" --state-dir "$STATE" 2>&1) &&
 	fail "--stop with nothing running succeeded: $out"
 assert_contains "$out" "no cistern local running" "--stop twice"
 
+# The background supervisor keeps none of its caller's descriptors (a
+# pipe a script reads to its end) nor its working directory; a relative
+# --cache-dir is the caller's.
+log "a started stack holds nothing of its caller's"
+mkdir -p "$CIS_TMP/rel"
+timeout 60 bash -c "cd '$CIS_TMP/rel' && '$CISTERN' local 'file://$SRC' '$MNT' \
+	--state-dir '$STATE' --cache-dir relcache:64M 3>&1 >'$CIS_TMP/rel.out' 2>&1 | cat >/dev/null" ||
+	fail "the caller's pipe stayed open after the start ($?): $(cat "$CIS_TMP/rel.out")"
+assert_contains "$(cat "$CIS_TMP/rel.out")" "ready:" "a start from another directory"
+sup=$(jq -r .pid "$STATE/local.json")
+assert_eq "$(readlink "/proc/$sup/cwd")" "/" "the supervisor's working directory"
+for pid in $(jq -r '.master_pid, .worker_pid, .fuse_pid' "$STATE/local.json"); do
+	assert_eq "$(readlink "/proc/$pid/cwd")" "/" "a daemon's working directory"
+done
+[ -d "$CIS_TMP/rel/relcache" ] || fail "the relative --cache-dir was not made in the caller's directory"
+"$CISTERN" local --stop "$MNT" --state-dir "$STATE" >/dev/null || fail "--stop after the relative start"
+assert_stopped "$STATE" "after the relative start"
+
 # --stop leaves another FUSE file system alone; a start does not hide files.
 OTHERFS=$CIS_TMP/otherfs
 mkdir -p "$OTHERFS"
