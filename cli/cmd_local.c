@@ -846,6 +846,16 @@ static int put_mount_option(json_t *req, const char *arg)
 		if (rc)
 			return rc;
 		field = json_string(v);
+	} else if (option_is(arg, eq, "ca_bundle") && v[0] && v[0] != '/') {
+		/* a file of the caller's directory: the master runs in "/" */
+		char cwd[PATH_MAX], abs[PATH_MAX], opt[PATH_MAX + 16];
+		if (!getcwd(cwd, sizeof(cwd)) || !path_join(abs, sizeof(abs), cwd, v) ||
+		    snprintf(opt, sizeof(opt), "ca_bundle=%s", abs) >= (int)sizeof(opt)) {
+			fprintf(stderr, "cistern: local: -o ca_bundle=%s: path too long\n", v);
+			return CLI_E_USAGE;
+		}
+		return cli_put_option(json_object_get(req, "options"), "local", "-o", opt, opt + 9,
+		                      opt + 10);
 	} else {
 		return cli_put_option(json_object_get(req, "options"), "local", "-o", arg, eq, v);
 	}

@@ -388,16 +388,22 @@ make_tree "$S3SRC"
 done
 S3STATE="$CIS_TMP/state-s3"
 log "s3:// in the foreground"
-AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
-	"$CISTERN" local "s3://$CIS_S3_BUCKET/ds" "$MNT" -f --state-dir "$S3STATE" --timeout 60 \
-	--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true \
-	--option "region=$CIS_S3_REGION" >"$CIS_TMP/fg.out" 2>"$CIS_TMP/fg.err" &
+(
+	cd "$CIS_TMP" # ca_bundle is the caller's file: the stack runs in /
+	: >ca.pem # used for https only: an http store never reads it
+	AWS_ACCESS_KEY_ID=$CIS_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CIS_S3_SECRET_KEY \
+		exec "$CISTERN" local "s3://$CIS_S3_BUCKET/ds" "$MNT" -f --state-dir "$S3STATE" --timeout 60 \
+		--option "endpoint=$CIS_S3_ENDPOINT" --option path_style=true --option ca_bundle=ca.pem \
+		--option "region=$CIS_S3_REGION" >"$CIS_TMP/fg.out" 2>"$CIS_TMP/fg.err"
+) &
 fg_pid=$!
 cis_on_exit "kill_pid $fg_pid"
 wait_for 90 grep -q "cistern local: ready:" "$CIS_TMP/fg.out" ||
 	fail "foreground stack not ready: $(cat "$CIS_TMP/fg.err")"
 kill -0 "$fg_pid" || fail "cistern local -f returned after the ready line"
 compare_tree "$S3SRC" "s3://"
+assert_eq "$(curl -fsS "$(jq -r .api "$S3STATE/local.json")/api/v1/mounts" |
+	jq -r '.mounts[0].options.ca_bundle')" "$CIS_TMP/ca.pem" "a relative ca_bundle, made absolute"
 fuse_pid=$(jq -r .fuse_pid "$S3STATE/local.json")
 kill -TERM "$fg_pid"
 for _ in $(seq 300); do kill -0 "$fg_pid" 2>/dev/null || break; sleep 0.1; done
