@@ -164,6 +164,17 @@ static bool path_join(char *out, size_t len, const char *a, const char *b)
 	return true;
 }
 
+/* path as it is when absolute, else below this process's working
+ * directory: the stack runs in "/". False when it does not fit. */
+static bool from_cwd(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (path[0] == '/')
+		return snprintf(out, len, "%s", path) < (int)len;
+	return getcwd(cwd, sizeof(cwd)) && path_join(out, len, cwd, path);
+}
+
 /* The absolute form of a mount point, symbolic links resolved (the kernel
  * mounts on the target); one that is not reachable (a stale FUSE mount
  * fails stat with ENOTCONN) or not there yet: realpath of its parent + its
@@ -671,15 +682,51 @@ static int check_alive(local_stack *s, local_child *waited, cis_errmsg *em)
 	return 0;
 }
 
+/* Whether process pid has a descriptor whose link reads one of the n
+ * targets ("/dev/fuse", "socket:[123]"). */
+static bool pid_holds(pid_t pid, char targets[][40], size_t n)
+{
+	char dir[32], target[40];
+	struct dirent *e;
+	bool found = false;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		ssize_t len = e->d_name[0] == '.'
+		                  ? -1
+		                  : readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		for (size_t i = 0; i < n && !found; i++)
+			found = strcmp(target, targets[i]) == 0;
+	}
+	closedir(d);
+	return found;
+}
+
+/* Whether process pid has /dev/fuse open. A FUSE daemon holds it from its
+ * mount on; one that refuses to mount (the mount point is already one)
+ * never opens it. */
+static bool holds_fuse_device(pid_t pid)
+{
+	char fuse[1][40] = {"/dev/fuse"};
+
+	return pid_holds(pid, fuse, 1);
+}
+
 /* Whether process pid holds the socket listening on TCP port (IPv4, in
  * this network namespace): /proc/net/tcp names the listener's inode, and
  * pid's descriptors show "socket:[inode]" for it. Without a readable
  * /proc/net/tcp, true. */
 static bool listens_on(pid_t pid, uint16_t port)
 {
-	unsigned long inodes[8];
+	char sockets[8][40], line[512];
 	size_t n = 0;
-	char line[512], dir[32], want[40], target[40];
 	FILE *f = fopen("/proc/net/tcp", "r");
 
 	if (!f)
@@ -692,31 +739,10 @@ static bool listens_on(pid_t pid, uint16_t port)
 		if (sscanf(line, " %*u: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &lport,
 		           &st, &ino) == 3 &&
 		    lport == port && st == 0x0A)
-			inodes[n++] = ino;
+			snprintf(sockets[n++], sizeof(sockets[0]), "socket:[%lu]", ino);
 	}
 	fclose(f);
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	bool found = false;
-
-	if (!d)
-		return false;
-	while (!found && (e = readdir(d))) {
-		ssize_t len = e->d_name[0] == '.'
-		                  ? -1
-		                  : readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
-
-		if (len <= 0)
-			continue;
-		target[len] = 0;
-		for (size_t i = 0; i < n && !found; i++) {
-			snprintf(want, sizeof(want), "socket:[%lu]", inodes[i]);
-			found = strcmp(target, want) == 0;
-		}
-	}
-	closedir(d);
-	return found;
+	return pid_holds(pid, sockets, n);
 }
 
 /* Poll GET /readyz until 200, a daemon exits, a stop signal or timeout. */
@@ -848,8 +874,8 @@ static int put_mount_option(json_t *req, const char *arg)
 		field = json_string(v);
 	} else if (option_is(arg, eq, "ca_bundle") && v[0] && v[0] != '/') {
 		/* a file of the caller's directory: the master runs in "/" */
-		char cwd[PATH_MAX], abs[PATH_MAX], opt[PATH_MAX + 16];
-		if (!getcwd(cwd, sizeof(cwd)) || !path_join(abs, sizeof(abs), cwd, v) ||
+		char abs[PATH_MAX], opt[PATH_MAX + 16];
+		if (!from_cwd(v, abs, sizeof(abs)) ||
 		    snprintf(opt, sizeof(opt), "ca_bundle=%s", abs) >= (int)sizeof(opt)) {
 			fprintf(stderr, "cistern: local: -o ca_bundle=%s: path too long\n", v);
 			return CLI_E_USAGE;
@@ -989,35 +1015,6 @@ static bool dir_empty(const char *dir)
 		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
 	closedir(d);
 	return empty;
-}
-
-/* Whether process pid has /dev/fuse open. A FUSE daemon holds it from its
- * mount on; one that refuses to mount (the mount point is already one)
- * never opens it. */
-static bool holds_fuse_device(pid_t pid)
-{
-	char dir[32], target[16];
-	DIR *d;
-	struct dirent *e;
-	bool found = false;
-
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	d = opendir(dir);
-	if (!d)
-		return false;
-	while (!found && (e = readdir(d))) {
-		ssize_t n;
-
-		if (e->d_name[0] == '.')
-			continue;
-		n = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
-		if (n > 0) {
-			target[n] = 0;
-			found = strcmp(target, "/dev/fuse") == 0;
-		}
-	}
-	closedir(d);
-	return found;
 }
 
 /* Wait until our cistern-fuse has mounted. A FUSE mount at mnt alone is no
@@ -1623,13 +1620,11 @@ static int cache_args(local_stack *s, cis_errmsg *em)
 			return cis_fail(em, -EINVAL, "--cache-dir %s: want DIR[:SIZE]", dirs[i]);
 		const char *size_arg = dirs[i] + strlen(dir); /* ":SIZE" or "" */
 		/* Absolute: the supervisor and its daemons run in "/". */
-		if (dir[0] != '/') {
-			char cwd[PATH_MAX], rel[PATH_MAX];
-			snprintf(rel, sizeof(rel), "%s", dir);
-			if (!getcwd(cwd, sizeof(cwd)) || !path_join(dir, sizeof(dir), cwd, rel))
-				return cis_fail(em, -ENAMETOOLONG, "--cache-dir %s: path too long",
-				                dirs[i]);
-		}
+		char rel[PATH_MAX];
+		snprintf(rel, sizeof(rel), "%s", dir);
+		if (!from_cwd(rel, dir, sizeof(dir)))
+			return cis_fail(em, -ENAMETOOLONG, "--cache-dir %s: path too long",
+			                dirs[i]);
 		if (sized) {
 			/* The worker makes it; one that is a file it would skip. */
 			if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
