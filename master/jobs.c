@@ -1370,14 +1370,6 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* By path, and the newest first within a path. */
-static int cmp_path_newest(const void *a, const void *b)
-{
-	const struct ended *x = a, *y = b;
-	int c = strcmp(x->path, y->path);
-	return c ? c : x->id < y->id ? 1 : x->id > y->id ? -1 : 0;
-}
-
 /* Append id to *v; false when out of memory. */
 static bool ids_push(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
 {
@@ -1408,10 +1400,9 @@ static void do_refresh_due(struct mst_jobs *js)
 /* The ids whose records stay whatever their age, sorted, into *out (their
  * count, or -ENOMEM): the jobs running in memory (one cancelled and still
  * winding down already says so in its record), and the finished loads
- * whose TTL is still to run, except one that a newer load of the same
- * path which finished done takes over: at the older one's due time the
- * newer one covers it and its expiry frees nothing, which needs no record.
- * A load with no TTL keeps its record while it is among the newest. */
+ * whose TTL is still to run (take_over_older has dropped those a newer
+ * load of their path took over). A load with no TTL keeps its record while
+ * it is among the newest. */
 static ssize_t ids_kept_anyway(struct mst_jobs *js, uint64_t **out)
 {
 	uint64_t *ids = NULL;
@@ -1424,25 +1415,10 @@ static ssize_t ids_kept_anyway(struct mst_jobs *js, uint64_t **out)
 	pthread_mutex_unlock(&js->lock);
 	pthread_mutex_lock(&js->ended_lock);
 	do_refresh_due(js);
-	size_t ne = js->nended;
-	struct ended *by_path = ok && ne ? malloc(ne * sizeof(*by_path)) : NULL;
-	ok = ok && (!ne || by_path);
-	if (ok && ne) {
-		memcpy(by_path, js->ended, ne * sizeof(*by_path));
-		qsort(by_path, ne, sizeof(*by_path), cmp_path_newest);
-		const char *done_path = NULL; /* the path of the newest done load seen */
-		for (size_t i = 0; i < ne && ok; i++) {
-			const struct ended *e = &by_path[i];
-			if (done_path && !strcmp(done_path, e->path))
-				continue; /* taken over */
-			if (e->due_ns != INT64_MAX)
-				ok = ids_push(&ids, &n, &cap, e->id);
-			if (e->state == JOB_DONE)
-				done_path = e->path;
-		}
-	}
+	for (size_t i = 0; i < js->nended && ok; i++)
+		if (js->ended[i].due_ns != INT64_MAX)
+			ok = ids_push(&ids, &n, &cap, js->ended[i].id);
 	pthread_mutex_unlock(&js->ended_lock);
-	free(by_path);
 	if (!ok) {
 		free(ids);
 		return -ENOMEM;
